@@ -1,0 +1,89 @@
+"""Which encoders exist and how to build them.
+
+Two sources: training-free baselines (always available) and checkpoint directories. A
+checkpoint directory's ``config.json`` names its ``family``; the family's module exposes
+``load(directory, config) -> Encoder``. Default checkpoints live in ``app/assets/models``;
+``RECALL_ENCODERS__EXTRA_DIRS`` adds directories of user-trained ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from app.encoders.base import Encoder
+from app.encoders.checkpoint import CheckpointError, read_config
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
+
+# family name -> "module:function" that loads a checkpoint of that family
+FAMILIES: dict[str, str] = {
+    "siamese-mlp": "app.encoders.siamese:load",
+    "attn-hash": "app.encoders.attn_hash:load",
+    "image-text": "app.encoders.image_text:load",
+}
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """Where an encoder comes from, before it is built."""
+
+    name: str
+    modality: str
+    factory: Callable[[], Encoder]
+    source: str
+
+
+class UnknownEncoder(KeyError):
+    """Raised for a name that is not registered; the message lists the available names."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0])
+
+
+def _baselines() -> list[EncoderSpec]:
+    from app.encoders import baseline
+
+    return [
+        EncoderSpec("audio-baseline", "audio", baseline.AudioBaselineEncoder, "builtin"),
+        EncoderSpec("image-baseline", "image", baseline.ImageBaselineEncoder, "builtin"),
+    ]
+
+
+def _checkpoint_spec(directory: Path) -> EncoderSpec:
+    config = read_config(directory)
+    family = config["family"]
+    if family not in FAMILIES:
+        raise CheckpointError(f"{directory}: unknown family {family!r}; known: {sorted(FAMILIES)}")
+    module_name, func_name = FAMILIES[family].split(":")
+
+    def factory() -> Encoder:
+        loader = getattr(importlib.import_module(module_name), func_name)
+        return loader(directory, config)
+
+    name = config.get("name", directory.name)
+    return EncoderSpec(name, config["modality"], factory, str(directory))
+
+
+def discover(extra_dirs: Iterable[str | Path] = ()) -> dict[str, EncoderSpec]:
+    """All encoders: baselines, default checkpoints, then user directories (later ones win)."""
+    specs = {spec.name: spec for spec in _baselines()}
+    roots = [ASSETS, *map(Path, extra_dirs)]
+    for root in roots:
+        if not root.is_dir():
+            continue
+        candidates = [root] if (root / "config.json").is_file() else sorted(root.iterdir())
+        for directory in candidates:
+            if (directory / "config.json").is_file():
+                spec = _checkpoint_spec(directory)
+                specs[spec.name] = spec
+    return specs
+
+
+def create_encoder(name: str, specs: dict[str, EncoderSpec], device: str = "cpu") -> Encoder:
+    """Build the named encoder on ``device``; unknown names list what is available."""
+    if name not in specs:
+        raise UnknownEncoder(f"unknown encoder {name!r}; available: {sorted(specs)}")
+    return specs[name].factory().to(device)

@@ -1,0 +1,87 @@
+"""Service configuration: one Settings object, read from RECALL_* environment variables.
+
+Nested groups use ``__``: ``RECALL_BATCHING__MAX_BATCH_SIZE=64``. Nothing reads the environment
+at import time; ``create_app(settings=None)`` builds Settings when it is called.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BatchingSettings(BaseModel):
+    max_batch_size: int = Field(
+        32, ge=1, le=1024, description="Largest batch handed to an encoder; bigger batches raise throughput and latency."
+    )
+    max_wait_ms: float = Field(
+        5.0, ge=0, le=1000, description="How long the first request of a batch waits for company; 0 disables waiting."
+    )
+    max_queue: int = Field(
+        1024, ge=1, description="Requests waiting per encoder before new ones get 429; a low limit refuses clients instead of letting them wait too long."
+    )
+
+
+class IndexSettings(BaseModel):
+    shards: int = Field(
+        2, ge=1, le=64, description="Index shards searched in parallel threads; one per core saturates memory bandwidth."
+    )
+    snapshot_every: int = Field(
+        2000, ge=1, description="Write an index snapshot after this many applied changes; fewer means faster restarts, more I/O."
+    )
+    oversample: int = Field(10, ge=1, le=1000, description="Default two-stage shortlist size as a multiple of k.")
+
+
+class EncoderSettings(BaseModel):
+    default_audio: str = Field("audio-baseline", description="Encoder for new audio collections when none is named.")
+    default_image: str = Field("image-baseline", description="Encoder for new image collections when none is named.")
+    preload: list[str] = Field(default_factory=list, description="Encoders loaded at startup besides those collections use.")
+    extra_dirs: list[str] = Field(default_factory=list, description="Directories with extra trained checkpoints.")
+
+
+class LimitSettings(BaseModel):
+    max_upload_bytes: int = Field(50 * 1024 * 1024, ge=1, description="Largest accepted request body; larger gets 413.")
+    max_audio_seconds: float = Field(3600.0, gt=0, description="Longest audio file accepted for ingest.")
+    max_query_seconds: float = Field(60.0, gt=0, description="Longest audio accepted as a query.")
+    min_audio_seconds: float = Field(0.1, ge=0, description="Shorter audio is refused: too little signal to embed.")
+    max_image_pixels: int = Field(40_000_000, ge=1, description="Images with more pixels are refused (decompression bombs).")
+    max_k: int = Field(1000, ge=1, description="Largest k a search may ask for.")
+    sync_ingest_files: int = Field(
+        16, ge=1, description="Batches with more files answer 202 with a job id instead of waiting."
+    )
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RECALL_", env_nested_delimiter="__", extra="ignore")
+
+    data_dir: Path = Field(Path("data"), description="Where the SQLite catalog, media and index snapshots live.")
+    host: str = Field("0.0.0.0", description="Interface uvicorn binds.")
+    port: int = Field(8000, ge=1, le=65535, description="Port uvicorn binds.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto uses CUDA when present.")
+    api_keys: list[SecretStr] = Field(default_factory=list, description="When non-empty, every /v1 route needs one of these keys.")
+    torch_threads: int = Field(2, ge=1, description="torch intra-op threads; with faiss also threaded, more is slower.")
+    keep_media: bool = Field(True, description="Default for new collections: keep uploaded originals.")
+    demo: bool = Field(False, description="Seed a demo collection on first start when the catalog is empty.")
+    log_level: str = Field("info", description="uvicorn and app log level.")
+    batching: BatchingSettings = Field(default_factory=BatchingSettings)
+    index: IndexSettings = Field(default_factory=IndexSettings)
+    encoders: EncoderSettings = Field(default_factory=EncoderSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        # RECALL_API_KEYS=a,b is friendlier than a JSON list in a compose file
+        if isinstance(value, str):
+            return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
