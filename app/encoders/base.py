@@ -46,10 +46,18 @@ def sign_codes(values: np.ndarray) -> np.ndarray:
 
 
 def l2_normalise(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length; an all-zero row stays zero instead of becoming NaN."""
+    """Rows scaled to unit length.
+
+    An all-zero row (digital silence, a blank image) has no direction; it becomes the uniform
+    unit vector so that it is still a valid cosine-index entry instead of NaN or zero.
+    """
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.maximum(norms, 1e-12)
+    out = x / np.maximum(norms, 1e-12)
+    zero = norms[:, 0] < 1e-12
+    if zero.any():
+        out[zero] = 1.0 / np.sqrt(x.shape[1])
+    return out.astype(np.float32)
 
 
 def check_embeddings(emb: Embeddings, *, n: int, dim: int, bits: int) -> Embeddings:

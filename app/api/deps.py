@@ -1,0 +1,47 @@
+"""FastAPI dependencies: the services of the running app and API-key checking."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.errors import Unauthorized, Unhealthy
+from app.jobs import JobRunner
+from app.services import Services
+
+
+def get_services(request: Request) -> Services:
+    services = getattr(request.state, "services", None)
+    if services is None:
+        raise Unhealthy("the service is starting")
+    return services
+
+
+def get_jobs(request: Request) -> JobRunner:
+    return request.state.jobs
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+JobsDep = Annotated[JobRunner, Depends(get_jobs)]
+
+
+def require_api_key(request: Request) -> None:
+    """When keys are configured, accept `Authorization: Bearer K` or `X-API-Key: K`."""
+    keys = request.state.services.settings.api_keys
+    if not keys:
+        return
+    presented = request.headers.get("x-api-key")
+    auth = request.headers.get("authorization", "")
+    if presented is None and auth.lower().startswith("bearer "):
+        presented = auth[7:].strip()
+    if not presented:
+        raise Unauthorized("this service needs an API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
+    given = presented.encode()
+    # compare against every key without stopping early, in constant time per key
+    ok = False
+    for key in keys:
+        ok |= hmac.compare_digest(given, key.get_secret_value().encode())
+    if not ok:
+        raise Unauthorized("the API key is not valid")

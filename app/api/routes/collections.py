@@ -1,0 +1,47 @@
+"""Collections: create, list, inspect, delete; and the encoders they can use."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from app.api.deps import ServicesDep
+from app.api.schemas import CollectionCreate, CollectionPublic, CollectionsPublic
+
+router = APIRouter(tags=["collections"])
+
+
+@router.get("/encoders")
+def list_encoders(services: ServicesDep) -> dict:
+    """Every available encoder; loaded ones include their dims, bits and sample rate."""
+    data = []
+    for name, spec in sorted(services.encoders.specs.items()):
+        row = {"name": name, "modality": spec.modality, "source": spec.source, "loaded": name in services.encoders.encoders}
+        if row["loaded"]:
+            row.update(services.encoders.encoders[name].describe())
+        row["default"] = name in (services.settings.encoders.default_audio, services.settings.encoders.default_image)
+        data.append(row)
+    return {"data": data, "count": len(data)}
+
+
+@router.post("/collections", status_code=201, response_model=CollectionPublic)
+async def create_collection(body: CollectionCreate, services: ServicesDep) -> dict:
+    """Create a collection; defaults give a usable one with the modality's default encoder."""
+    collection = await services.create_collection(body.model_dump())
+    return services.stats(collection.name)
+
+
+@router.get("/collections", response_model=CollectionsPublic)
+def list_collections(services: ServicesDep) -> dict:
+    data = [services.stats(name) for name in sorted(services.collections)]
+    return {"data": data, "count": len(data)}
+
+
+@router.get("/collections/{name}", response_model=CollectionPublic)
+def read_collection(name: str, services: ServicesDep) -> dict:
+    return services.stats(name)
+
+
+@router.delete("/collections/{name}", status_code=204)
+async def delete_collection(name: str, services: ServicesDep) -> Response:
+    await services.delete_collection(name)
+    return Response(status_code=204)

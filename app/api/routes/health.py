@@ -1,0 +1,32 @@
+"""Liveness, readiness, Prometheus metrics, and the encoder list."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from app.api.deps import ServicesDep
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def read_health() -> dict[str, str]:
+    """The process is alive."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def read_readiness(request: Request) -> JSONResponse:
+    """200 once encoders and indices are loaded; 503 with the reasons until then."""
+    services = getattr(request.state, "services", None)
+    reasons = ["starting"] if services is None else services.not_ready
+    if reasons:
+        return JSONResponse({"status": "unavailable", "reasons": reasons}, status_code=503)
+    return JSONResponse({"status": "ready", "collections": len(services.collections)})
+
+
+@router.get("/metrics")
+def read_metrics(services: ServicesDep) -> Response:
+    """Prometheus exposition format."""
+    return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

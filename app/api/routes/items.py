@@ -1,0 +1,92 @@
+"""Items: ingest (upsert), list, read, delete, original media; and ingest jobs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import FileResponse, JSONResponse
+
+from app.api.deps import JobsDep, ServicesDep
+from app.api.uploads import ingest_uploads
+from app.errors import NotFound, ServiceError
+from app.ingest import ingest
+
+router = APIRouter(tags=["items"])
+
+_MEDIA_TYPES = {
+    "wav": "audio/wav", "flac": "audio/flac", "ogg": "audio/ogg", "opus": "audio/ogg", "mp3": "audio/mpeg",
+    "m4a": "audio/mp4", "webm": "audio/webm", "mp4": "video/mp4", "jpg": "image/jpeg", "jpeg": "image/jpeg",
+    "png": "image/png", "webp": "image/webp", "gif": "image/gif",
+}
+
+
+@router.post("/collections/{name}/items")
+async def create_items(name: str, request: Request, services: ServicesDep, jobs: JobsDep, wait: bool = True) -> JSONResponse:
+    """Ingest files (multipart `files` + `ids` + `metadata`, or JSON `items` with base64); upsert by id.
+
+    Small batches answer 200 once committed; large ones, or `?wait=false`, answer 202 with a job.
+    """
+    state = services.state(name)
+    uploads = await ingest_uploads(request)
+    if not wait or len(uploads) > services.settings.limits.sync_ingest_files:
+        job = jobs.submit(name, uploads)
+        return JSONResponse(job, status_code=202, headers={"Location": f"/v1/jobs/{job['id']}"})
+    report = await ingest(services, state, uploads)
+    if not report.indexed:
+        # nothing was stored: answer with the first file's error so the status code says why
+        first = report.errors[0]
+        error = dict(first["error"])
+        error["details"] = report.errors
+        return JSONResponse({"error": error}, status_code=first["status"])
+    return JSONResponse({"indexed": report.indexed, "errors": report.errors, "collection": name})
+
+
+@router.get("/collections/{name}/items")
+def list_items(
+    name: str,
+    services: ServicesDep,
+    limit: int = Query(50, ge=1, le=1000),
+    offset: int = Query(0, ge=0),
+) -> dict:
+    services.state(name)
+    data = [_public(i) for i in services.catalog.list_items(name, limit, offset)]
+    total, _ = services.catalog.counts(name)
+    return {"data": data, "count": total, "limit": limit, "offset": offset}
+
+
+@router.get("/collections/{name}/items/{item_id}")
+def read_item(name: str, item_id: str, services: ServicesDep) -> dict:
+    services.state(name)
+    return _public(services.catalog.get_item(name, item_id))
+
+
+@router.delete("/collections/{name}/items/{item_id}", status_code=204)
+async def delete_item(name: str, item_id: str, services: ServicesDep) -> Response:
+    await services.delete_item(name, item_id)
+    return Response(status_code=204)
+
+
+@router.get("/collections/{name}/items/{item_id}/media")
+def read_item_media(name: str, item_id: str, services: ServicesDep) -> FileResponse:
+    """The stored original, when the collection keeps media."""
+    services.state(name)
+    item = services.catalog.get_item(name, item_id)
+    if not item["media_path"]:
+        raise NotFound(f"item {item_id!r} has no stored media (the collection was created with keep_media=false)")
+    path = services.media.path(item["media_path"])
+    if not path.is_file():
+        raise NotFound(f"the media file of item {item_id!r} is missing from the data directory")
+    media_type = _MEDIA_TYPES.get(item["media_type"] or "", "application/octet-stream")
+    return FileResponse(path, media_type=media_type, filename=item["filename"] or item_id)
+
+
+@router.get("/jobs/{job_id}")
+def read_job(job_id: str, jobs: JobsDep) -> dict:
+    """Progress of an ingest job: status, done/total, per-file errors."""
+    return jobs.public(job_id)
+
+
+def _public(item: dict) -> dict:
+    return {k: v for k, v in item.items() if k != "media_path"}
+
+
+__all__ = ["router", "ServiceError"]

@@ -1,0 +1,40 @@
+"""Search a collection by example file, stored item, or text."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.datastructures import UploadFile
+
+from app.api.deps import ServicesDep
+from app.api.schemas import SearchRequest, SearchResponse
+from app.api.uploads import content_type, decode_base64, form_fields, parse_model, read_form, read_json
+from app.errors import BadRequest
+from app.ingest import Upload
+from app.querying import run_search
+
+router = APIRouter(tags=["search"])
+
+_FORM_FIELDS = set(SearchRequest.model_fields) - {"content_base64"}
+
+
+@router.post("/collections/{name}/search", response_model=SearchResponse, response_model_exclude_none=True)
+async def search_collection(name: str, request: Request, services: ServicesDep) -> dict:
+    """Multipart with a `file` part and form fields, or JSON with `item_id` / `text` / `content_base64`."""
+    services.state(name)
+    kind = content_type(request)
+    upload = None
+    if kind == "application/json":
+        params = parse_model(SearchRequest, await read_json(request), "search request")
+        if params.content_base64 is not None:
+            upload = Upload("query", decode_base64(params.content_base64, "search request"))
+    elif kind == "multipart/form-data":
+        form = await read_form(request)
+        params = parse_model(SearchRequest, form_fields(form, _FORM_FIELDS), "search request")
+        parts = [f for f in form.getlist("file") if isinstance(f, UploadFile)]
+        if len(parts) > 1:
+            raise BadRequest("send one 'file' part per search")
+        if parts:
+            upload = Upload(parts[0].filename or "query", await parts[0].read())
+    else:
+        raise BadRequest("send multipart/form-data with a 'file' part, or application/json with 'item_id' or 'text'")
+    return await run_search(services, name, params, upload)

@@ -1,0 +1,103 @@
+"""Request and response models of the v1 API."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Mode = Literal["binary", "float", "two_stage"]
+
+
+class CollectionCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="1-64 letters, digits, '_', '-', '.'")
+    modality: Literal["audio", "image"]
+    encoder: str | None = Field(None, description="Encoder name (GET /v1/encoders); default per modality")
+    index_kinds: list[Literal["binary", "float"]] | None = Field(None, min_length=1, description="Default: both")
+    window_s: float | None = Field(None, gt=0, le=60, description="Audio window length in seconds")
+    hop_s: float | None = Field(None, gt=0, le=60, description="Audio hop between windows in seconds")
+    keep_media: bool | None = Field(None, description="Keep uploaded originals for GET .../media")
+    description: str | None = Field(None, max_length=1000)
+
+
+class CollectionPublic(BaseModel):
+    name: str
+    modality: str
+    encoder: str
+    index_kinds: list[str]
+    dim: int
+    bits: int
+    window_s: float | None
+    hop_s: float | None
+    keep_media: bool
+    description: str
+    created_at: float
+    items: int
+    segments: int
+    indexed_segments: int
+    memory_bytes: int
+
+
+class CollectionsPublic(BaseModel):
+    data: list[CollectionPublic]
+    count: int
+
+
+class ItemIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = None
+    filename: str | None = None
+    content_base64: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ItemsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[ItemIn] = Field(min_length=1)
+
+
+class SearchRequest(BaseModel):
+    """Search parameters; exactly one of item_id / text in JSON, or a `file` part in multipart."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    item_id: str | None = None
+    text: str | None = Field(None, min_length=1, max_length=2000)
+    content_base64: str | None = None
+    k: int = Field(10, ge=1)
+    mode: Mode = "two_stage"
+    oversample: int | None = Field(None, ge=1, le=1000)
+    filter: dict[str, Any] = Field(default_factory=dict, description="metadata equality: every key must match")
+    max_distance: float | None = Field(None, ge=0)
+    segments_per_item: int = Field(3, ge=1, le=100)
+    nms_iou: float = Field(0.3, ge=0, le=1)
+    rerank: bool = True
+    rerank_top: int = Field(100, ge=1, le=1000)
+
+
+class SegmentPublic(BaseModel):
+    start: float
+    end: float
+    distance: float
+
+
+class ResultPublic(BaseModel):
+    id: str
+    rank: int
+    score: float
+    distance: float
+    metadata: dict[str, Any]
+    segments: list[SegmentPublic]
+    stage1_score: float | None = None
+    rerank_score: float | None = None
+
+
+class SearchResponse(BaseModel):
+    results: list[ResultPublic]
+    timings: dict[str, float]
+    mode: str
+    collection: str

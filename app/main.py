@@ -1,0 +1,114 @@
+"""create_app(settings) and the lifespan that builds and tears down the services."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.api.deps import require_api_key
+from app.api.routes import collections, health, items, search
+from app.errors import ServiceError
+from app.jobs import JobRunner
+from app.metrics import gauge
+from app.middleware import BodyLimit, RouteTimer
+from app.services import Services
+from app.settings import Settings
+
+log = logging.getLogger("recall")
+
+
+def _scrape_gauges(services: Services) -> Any:
+    def collect() -> Any:
+        sizes = {name: services.catalog.counts(name) for name in services.collections}
+        yield gauge("recall_collection_items", "Items per collection", "collection", {n: s[0] for n, s in sizes.items()})
+        yield gauge("recall_collection_segments", "Segments per collection", "collection", {n: s[1] for n, s in sizes.items()})
+        yield gauge("recall_queue_depth", "Inputs waiting per batcher", "batcher", services.encoders.queue_depths())
+
+    return collect
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the FastAPI app; heavy objects are created in the lifespan, not here."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        log.info("settings: %s", settings.model_dump(mode="json"))  # SecretStr fields print as '**********'
+        services = Services(settings)
+        services.metrics.add_gauges(_scrape_gauges(services))
+        app.state.timer_target = services.metrics
+        jobs = JobRunner(services)
+        try:
+            await services.start()
+            await jobs.start()
+            if settings.demo:
+                from app.demo import seed_demo  # optional feature; absent in minimal builds
+
+                await seed_demo(services)
+            yield {"services": services, "jobs": jobs}
+        finally:
+            await jobs.stop()
+            await services.stop()
+
+    app = FastAPI(
+        title="Recall",
+        version="0.1.0",
+        description="Query-by-example audio and text-to-image retrieval over FAISS binary and float indices.",
+        lifespan=lifespan,
+        generate_unique_id_function=lambda route: f"{route.tags[0]}-{route.name}" if route.tags else route.name,
+    )
+
+    @app.exception_handler(ServiceError)
+    async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse(exc.to_body(), status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        body = {"error": {"code": "invalid_input", "message": problems, "details": _jsonable(exc.errors())}}
+        return JSONResponse(body, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)  # the trace goes to the log, never to the client
+        return JSONResponse({"error": {"code": "internal_error", "message": "internal error; see the service log"}}, status_code=500)
+
+    app.include_router(health.router)
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
+    v1.include_router(collections.router)
+    v1.include_router(items.router)
+    v1.include_router(search.router)
+    app.include_router(v1)
+    _mount_web(app)
+
+    def observe(method: str, route: str, status: int, seconds: float) -> None:
+        target = getattr(app.state, "timer_target", None)
+        if target is not None:
+            target.latency.labels(method, route, str(status)).observe(seconds)
+
+    app.add_middleware(RouteTimer, observe=observe)
+    app.add_middleware(BodyLimit, limit=lambda: settings.limits.max_upload_bytes)
+    return app
+
+
+def _mount_web(app: FastAPI) -> None:
+    try:
+        from app.web import mount  # the browser page, when present
+    except ImportError:
+        return
+    mount(app)
+
+
+def _jsonable(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: (v if isinstance(v, (str, int, float, list, dict, type(None))) else str(v)) for k, v in e.items()} for e in errors]

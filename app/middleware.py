@@ -1,0 +1,79 @@
+"""ASGI middleware: request-size limit (413 before parsing) and per-route latency metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Awaitable, Callable
+
+from app.errors import PayloadTooLarge
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+async def _send_error(send: Send, error: PayloadTooLarge) -> None:
+    body = json.dumps(error.to_body()).encode()
+    await send({"type": "http.response.start", "status": error.status_code,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """Refuse bodies over ``limit`` bytes: by Content-Length up front, or while streaming."""
+
+    def __init__(self, app: Any, limit: Callable[[], int]) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit()
+        error = PayloadTooLarge(f"the request body is over the {limit} byte limit; send fewer or smaller files")
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                await _send_error(send, error)
+                return
+        received = 0
+
+        async def limited_receive() -> dict[str, Any]:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise error
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+class RouteTimer:
+    """Observe request latency labelled by route template (not raw path: ids would explode labels)."""
+
+    def __init__(self, app: Any, observe: Callable[[str, str, int, float], None]) -> None:
+        self.app = app
+        self.observe = observe
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_status(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            self.observe(scope.get("method", ""), template, status, time.perf_counter() - started)

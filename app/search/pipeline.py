@@ -1,0 +1,168 @@
+"""Query -> ranked items: candidate scan, grouping by item, filters, occurrences, re-ranking.
+
+Modes:
+  binary     Hamming distance over packed codes.
+  float      cosine distance (1 - inner product of unit vectors).
+  two_stage  Hamming shortlist of k x oversample segments, then exact cosine on those.
+An item's distance is the minimum over its segments and over the query's windows. Each result
+lists its best segments after non-maximum suppression: every place a term occurs in a long
+recording, not only the best one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.errors import InvalidInput
+from app.search.ranking import ItemHit, cosine_distance, group_by_item, hamming, non_maximum_suppression, score_of
+from app.search.scan import SharedScan
+from app.storage.catalog import Catalog, Collection
+from app.storage.index_store import CollectionIndex
+
+
+@dataclass
+class Query:
+    """A query as vectors: one row per query window (or one row for an image or a text)."""
+
+    floats: np.ndarray
+    codes: np.ndarray
+    text: str | None = None
+    exclude_item: str | None = None
+
+
+@dataclass
+class SearchOptions:
+    k: int = 10
+    mode: str = "two_stage"
+    oversample: int = 10
+    filter: dict[str, Any] = field(default_factory=dict)
+    max_distance: float | None = None
+    segments_per_item: int = 3
+    nms_iou: float = 0.3
+    rerank: bool = True
+    rerank_top: int = 100
+
+
+@dataclass
+class Scans:
+    """The shared scanners of one collection's indices."""
+
+    binary: SharedScan | None
+    float: SharedScan | None
+
+
+def check_mode(collection: Collection, mode: str) -> None:
+    need = {"binary": {"binary"}, "float": {"float"}, "two_stage": {"binary", "float"}}[mode]
+    missing = need - set(collection.index_kinds)
+    if missing:
+        raise InvalidInput(
+            f"mode {mode!r} needs a {' and '.join(sorted(need))} index; collection {collection.name!r} "
+            f"has {list(collection.index_kinds)}"
+        )
+
+
+async def search(
+    catalog: Catalog,
+    collection: Collection,
+    index: CollectionIndex,
+    scans: Scans,
+    query: Query,
+    options: SearchOptions,
+) -> list[ItemHit]:
+    """Ranked items for a query (no re-ranking; see :func:`app.search.rerank`)."""
+    check_mode(collection, options.mode)
+    total = len(index)
+    if total == 0:
+        return []
+    want = options.k + (1 if query.exclude_item else 0)
+    depth = min(total, max(want * 4, 32))
+    while True:
+        distances = await _segment_distances(index, scans, query, options, depth)
+        segment_items = await asyncio.to_thread(catalog.segment_items, collection.name, np.fromiter(distances, np.int64))
+        hits = [h for h in group_by_item(distances, segment_items) if h.item_id != query.exclude_item]
+        if options.max_distance is not None:
+            hits = [h for h in hits if h.distance <= options.max_distance]
+        if options.filter and hits:
+            hits = await asyncio.to_thread(_apply_filter, catalog, collection.name, hits, options.filter)
+        # every item beyond the scanned depth is at least as far as the worst scanned segment,
+        # so the top k are final once k items are found or the whole index was scanned
+        if len(hits) >= options.k or depth >= total:
+            break
+        depth = min(total, depth * 4)
+    hits = hits[: options.k]
+    await asyncio.to_thread(_occurrences, catalog, collection, query, options, hits)
+    return hits
+
+
+async def _segment_distances(index: CollectionIndex, scans: Scans, query: Query, options: SearchOptions, depth: int) -> dict[int, float]:
+    """segment id -> distance (min over query windows) for the ``depth`` nearest per window."""
+    best: dict[int, float] = {}
+    if options.mode == "binary":
+        assert scans.binary is not None
+        dist, ids = await scans.binary.search(query.codes, depth)
+        _merge(best, ids, dist.astype(np.float64))
+    elif options.mode == "float":
+        assert scans.float is not None
+        sims, ids = await scans.float.search(query.floats, depth)
+        _merge(best, ids, 1.0 - sims.astype(np.float64))
+    else:
+        assert scans.binary is not None and index.float is not None
+        shortlist = min(len(index), depth * options.oversample)
+        _, ids = await scans.binary.search(query.codes, shortlist)
+        candidates = np.unique(ids[ids >= 0])
+        vectors = index.float.reconstruct(candidates)
+        exact = cosine_distance(query.floats, vectors)  # (nq, n)
+        _merge(best, np.broadcast_to(candidates, exact.shape), exact)
+    return best
+
+
+def _merge(best: dict[int, float], ids: np.ndarray, dist: np.ndarray) -> None:
+    for sid, d in zip(ids.ravel().tolist(), dist.ravel().tolist()):
+        if sid >= 0 and d < best.get(sid, np.inf):
+            best[sid] = d
+
+
+def _apply_filter(catalog: Catalog, collection: str, hits: list[ItemHit], wanted: dict[str, Any]) -> list[ItemHit]:
+    items = catalog.items_by_id(collection, [h.item_id for h in hits])
+    return [h for h in hits if all(items.get(h.item_id, {}).get("metadata", {}).get(k) == v for k, v in wanted.items())]
+
+
+def _occurrences(catalog: Catalog, collection: Collection, query: Query, options: SearchOptions, hits: list[ItemHit]) -> None:
+    """Replace each hit's segments with all its windows' exact distances after NMS."""
+    mode = "binary" if options.mode == "binary" else "float"
+    for hit in hits:
+        _, times, floats, codes = catalog.item_segments(collection.name, hit.item_id, collection.dim, collection.bits)
+        if mode == "binary":
+            dist = hamming(query.codes, codes).min(axis=0).astype(np.float64)
+        else:
+            dist = cosine_distance(query.floats, floats).min(axis=0)
+        segments = [(float(s), float(e), float(d)) for (s, e), d in zip(times, dist)]
+        if options.max_distance is not None:
+            segments = [s for s in segments if s[2] <= options.max_distance]
+        hit.segments = non_maximum_suppression(segments, options.nms_iou, options.segments_per_item)
+        if hit.segments:
+            hit.distance = hit.segments[0][2]
+
+
+def to_results(hits: list[ItemHit], items: dict[str, dict[str, Any]], mode: str, bits: int, rerank_scores: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """The response rows: rank, id, score, distance, metadata, segments (and stage scores)."""
+    results = []
+    for rank, hit in enumerate(hits, start=1):
+        stage1 = score_of(hit.distance, mode, bits)
+        row: dict[str, Any] = {
+            "id": hit.item_id,
+            "rank": rank,
+            "score": rerank_scores[hit.item_id] if rerank_scores else stage1,
+            "distance": hit.distance,
+            "metadata": items.get(hit.item_id, {}).get("metadata", {}),
+            "segments": [{"start": s, "end": e, "distance": d} for s, e, d in hit.segments],
+        }
+        if rerank_scores:
+            row["stage1_score"] = stage1
+            row["rerank_score"] = rerank_scores[hit.item_id]
+        results.append(row)
+    return results

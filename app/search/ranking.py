@@ -1,0 +1,77 @@
+"""Pure ranking helpers: distances, segment-to-item grouping, and non-maximum suppression.
+
+Kept free of I/O so they can be checked against hand-computed cases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int32)
+
+
+def hamming(queries: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """(nq, n) Hamming distances between packed codes (uint8 rows)."""
+    return _POPCOUNT[np.bitwise_xor(queries[:, None, :], codes[None, :, :])].sum(axis=2)
+
+
+def cosine_distance(queries: np.ndarray, floats: np.ndarray) -> np.ndarray:
+    """(nq, n) 1 - cosine similarity of unit-length rows."""
+    return 1.0 - queries @ floats.T
+
+
+def score_of(distance: float, mode: str, bits: int) -> float:
+    """Similarity in [0, 1] for Hamming (1 - d / bits), in [-1, 1] for cosine (1 - d)."""
+    return 1.0 - distance / bits if mode == "binary" else 1.0 - distance
+
+
+@dataclass
+class ItemHit:
+    """An item with its best distance and the segments that matched."""
+
+    item_id: str
+    distance: float
+    segments: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, distance)
+
+
+def group_by_item(segment_distance: dict[int, float], segment_items: dict[int, tuple[str, float, float]]) -> list[ItemHit]:
+    """Items ranked by their best segment: an item's distance is the minimum over its segments.
+
+    Ties are broken by item id so that rankings are deterministic.
+    """
+    hits: dict[str, ItemHit] = {}
+    for sid, dist in segment_distance.items():
+        if sid not in segment_items:
+            continue  # deleted since the scan
+        item_id, start, end = segment_items[sid]
+        hit = hits.get(item_id)
+        if hit is None:
+            hit = hits[item_id] = ItemHit(item_id, dist)
+        hit.distance = min(hit.distance, dist)
+        hit.segments.append((start, end, dist))
+    return sorted(hits.values(), key=lambda h: (h.distance, h.item_id))
+
+
+def temporal_iou(a: tuple[float, float], b: tuple[float, float]) -> float:
+    inter = max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
+    union = max(a[1], b[1]) - min(a[0], b[0])
+    return inter / union if union > 0 else 0.0
+
+
+def non_maximum_suppression(segments: list[tuple[float, float, float]], iou: float, limit: int) -> list[tuple[float, float, float]]:
+    """Best segments that do not overlap a better one by more than ``iou``.
+
+    Args:
+        segments: (start, end, distance) triples; smaller distance is better.
+        iou: a segment whose temporal IoU with an already kept one exceeds this is dropped.
+        limit: most segments returned.
+    """
+    kept: list[tuple[float, float, float]] = []
+    for seg in sorted(segments, key=lambda s: (s[2], s[0])):
+        if all(temporal_iou(seg[:2], k[:2]) <= iou for k in kept):
+            kept.append(seg)
+            if len(kept) == limit:
+                break
+    return kept

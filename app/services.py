@@ -1,0 +1,180 @@
+"""Everything the lifespan builds, and the collection-level operations routes call.
+
+Routes stay thin: they parse HTTP and call these methods, which raise domain errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.encoders.registry import discover
+from app.errors import Conflict, InvalidInput, NotFound
+from app.metrics import Metrics
+from app.search.pipeline import Scans
+from app.search.scan import SharedScan
+from app.settings import Settings
+from app.storage.catalog import Catalog, Collection, WriteResult
+from app.storage.index_store import CollectionIndex
+from app.storage.media_store import MediaStore
+from app.worker.encoding import EncoderPool
+
+log = logging.getLogger(__name__)
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+INDEX_KINDS = ("binary", "float")
+
+
+@dataclass
+class CollectionState:
+    """A loaded collection: definition, indices, shared scanners and its write lock."""
+
+    collection: Collection
+    index: CollectionIndex
+    scans: Scans
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Services:
+    """Catalog, encoders, indices and batchers of one running service."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.data_dir = Path(settings.data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.catalog = Catalog(self.data_dir / "catalog.sqlite3")
+        self.media = MediaStore(self.data_dir / "media")
+        self.index_dir = self.data_dir / "indices"
+        self.metrics = Metrics()
+        self.encoders = EncoderPool(
+            discover(settings.encoders.extra_dirs),
+            settings.resolved_device(),
+            settings.batching,
+            on_batch=self.metrics.observe_batch,
+        )
+        self.collections: dict[str, CollectionState] = {}
+        self.not_ready: list[str] = ["starting"]
+        self.started_at = time.time()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the encoders collections use and every collection's indices."""
+        self.not_ready = ["loading encoders and indices"]
+        import torch
+
+        torch.set_num_threads(self.settings.torch_threads)
+        wanted = {self.settings.encoders.default_audio, self.settings.encoders.default_image, *self.settings.encoders.preload}
+        for collection in self.catalog.list_collections():
+            wanted.add(collection.encoder)
+            self.collections[collection.name] = await asyncio.to_thread(self._open_collection, collection)
+        problems = []
+        for name in sorted(wanted):
+            try:
+                await self.encoders.load(name)
+            except Exception as exc:  # noqa: BLE001 - readiness reports it instead of crashing
+                log.exception("encoder %s failed to load", name)
+                problems.append(f"encoder {name!r} failed to load: {exc}")
+        self.not_ready = problems
+
+    async def stop(self) -> None:
+        await self.encoders.stop()
+        for state in self.collections.values():
+            for scan in (state.scans.binary, state.scans.float):
+                if scan is not None:
+                    await scan.stop()
+            if state.index.unsnapshotted:
+                state.index.snapshot(self.catalog)
+        self.catalog.close()
+
+    def _open_collection(self, collection: Collection) -> CollectionState:
+        index = CollectionIndex.open(collection, self.catalog, self.index_dir, self.settings.index.shards)
+        if index.unsnapshotted:
+            index.snapshot(self.catalog)
+        scans = Scans(
+            binary=SharedScan(index.binary, f"{collection.name}:binary") if index.binary is not None else None,
+            float=SharedScan(index.float, f"{collection.name}:float") if index.float is not None else None,
+        )
+        return CollectionState(collection, index, scans)
+
+    # --- collections ----------------------------------------------------------------------
+
+    def state(self, name: str) -> CollectionState:
+        if name not in self.collections:
+            raise NotFound(f"no collection named {name!r}; GET /v1/collections lists them")
+        return self.collections[name]
+
+    async def create_collection(self, request: dict[str, Any]) -> Collection:
+        name = request["name"]
+        if not NAME_PATTERN.match(name):
+            raise InvalidInput(f"collection name {name!r}: use 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit")
+        if name in self.collections:
+            raise Conflict(f"collection {name!r} already exists")
+        modality = request["modality"]
+        encoder_name = request.get("encoder") or (
+            self.settings.encoders.default_audio if modality == "audio" else self.settings.encoders.default_image
+        )
+        encoder = await self.encoders.load(encoder_name)
+        if encoder.modality != modality:
+            raise InvalidInput(f"encoder {encoder_name!r} embeds {encoder.modality}, not {modality}")
+        kinds = tuple(request.get("index_kinds") or INDEX_KINDS)
+        window_s = hop_s = None
+        if modality == "audio":
+            window_s = float(request.get("window_s") or encoder.default_window_s or 1.0)
+            hop_s = float(request.get("hop_s") or encoder.default_hop_s or window_s / 2)
+            if hop_s > window_s:
+                raise InvalidInput(f"hop_s ({hop_s}) must not exceed window_s ({window_s}): audio between windows would never be indexed")
+        collection = Collection(
+            name=name, modality=modality, encoder=encoder.name, index_kinds=kinds, dim=encoder.dim, bits=encoder.bits,
+            window_s=window_s, hop_s=hop_s,
+            keep_media=self.settings.keep_media if request.get("keep_media") is None else bool(request["keep_media"]),
+            description=request.get("description") or "", created_at=time.time(),
+        )
+        self.catalog.create_collection(collection)
+        self.collections[name] = await asyncio.to_thread(self._open_collection, collection)
+        return collection
+
+    async def delete_collection(self, name: str) -> None:
+        state = self.state(name)
+        async with state.write_lock:
+            media = await asyncio.to_thread(self.catalog.delete_collection, name)
+            self.collections.pop(name, None)
+            for scan in (state.scans.binary, state.scans.float):
+                if scan is not None:
+                    await scan.stop()
+            state.index.delete_files()
+            self.media.delete(media)
+            self.media.delete_collection(name)
+
+    def stats(self, name: str) -> dict[str, Any]:
+        state = self.state(name)
+        c = state.collection
+        items, segments = self.catalog.counts(name)
+        return {
+            "name": c.name, "modality": c.modality, "encoder": c.encoder, "index_kinds": list(c.index_kinds),
+            "dim": c.dim, "bits": c.bits, "window_s": c.window_s, "hop_s": c.hop_s, "keep_media": c.keep_media,
+            "description": c.description, "created_at": c.created_at,
+            "items": items, "segments": segments, "indexed_segments": len(state.index),
+            "memory_bytes": state.index.memory_bytes(),
+        }
+
+    # --- writes ---------------------------------------------------------------------------
+
+    async def commit(self, state: CollectionState, write: Any) -> WriteResult:
+        """Run a catalog write and apply it to the indices, in commit order per collection."""
+        async with state.write_lock:
+            result: WriteResult = await asyncio.to_thread(write)
+            await asyncio.to_thread(state.index.apply, result)
+            if state.index.unsnapshotted >= self.settings.index.snapshot_every:
+                await asyncio.to_thread(state.index.snapshot, self.catalog)
+        self.media.delete(result.replaced_media)
+        return result
+
+    async def delete_item(self, collection: str, item_id: str) -> None:
+        state = self.state(collection)
+        await self.commit(state, lambda: self.catalog.delete_item(collection, item_id))

@@ -1,0 +1,140 @@
+"""The FAISS indices of one collection, kept in step with the catalog.
+
+The catalog is the source of truth; indices are caches. Each change is applied after its
+transaction commits. Snapshots are written atomically with the sequence number they include;
+opening a collection loads its snapshots and replays catalog rows with a newer sequence. A
+missing or corrupt snapshot, or an index whose ids disagree with the catalog afterwards, is
+rebuilt from the catalog, so a crash at any instant leaves nothing acknowledged unsearchable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from app.index import BinaryIndex, FloatIndex, SnapshotError
+from app.storage.catalog import Catalog, Collection, WriteResult
+
+log = logging.getLogger(__name__)
+
+
+class CollectionIndex:
+    """Binary and/or float index of one collection plus its snapshot bookkeeping."""
+
+    def __init__(self, collection: Collection, directory: Path, shards: int) -> None:
+        self.collection = collection
+        self.directory = directory
+        self.shards = shards
+        self.binary: BinaryIndex | None = BinaryIndex(collection.bits, shards=shards) if "binary" in collection.index_kinds else None
+        self.float: FloatIndex | None = FloatIndex(collection.dim, shards=shards) if "float" in collection.index_kinds else None
+        self.applied_seq = 0
+        self.unsnapshotted = 0
+        self._write_lock = threading.Lock()  # one writer at a time; the indices guard their own readers
+
+    # --- paths ----------------------------------------------------------------------------
+
+    def _path(self, kind: str) -> Path:
+        return self.directory / f"{self.collection.name}.{kind}.faiss"
+
+    def snapshot_paths(self) -> list[Path]:
+        return [self._path(k) for k in ("binary", "float")]
+
+    def indices(self) -> list[tuple[str, BinaryIndex | FloatIndex]]:
+        return [(k, ix) for k, ix in (("binary", self.binary), ("float", self.float)) if ix is not None]
+
+    # --- opening --------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, collection: Collection, catalog: Catalog, directory: Path, shards: int) -> "CollectionIndex":
+        """Load snapshots, replay newer catalog rows, and rebuild whatever cannot be trusted."""
+        self = cls(collection, directory, shards)
+        seqs = []
+        for kind, _ in self.indices():
+            seq = self._load_or_rebuild(kind, catalog)
+            seqs.append(seq)
+        self.applied_seq = catalog.last_seq(collection.name)
+        expected = np.sort(catalog.all_segment_ids(collection.name))
+        for kind, index in self.indices():
+            if not np.array_equal(np.sort(index.ids()), expected):
+                log.warning("%s/%s: index ids disagree with the catalog after replay; rebuilding", collection.name, kind)
+                self._rebuild(kind, catalog)
+        if seqs and min(seqs) < self.applied_seq:
+            self.unsnapshotted = 1  # replayed rows: the next snapshot is worth writing
+        return self
+
+    def _load_or_rebuild(self, kind: str, catalog: Catalog) -> int:
+        path = self._path(kind)
+        index_cls = BinaryIndex if kind == "binary" else FloatIndex
+        try:
+            index, seq = index_cls.load(path, shards=self.shards)
+            self._check_shape(kind, index)
+        except (SnapshotError, FileNotFoundError, ValueError) as exc:
+            if path.exists():
+                log.warning("%s: snapshot unusable (%s); rebuilding from the catalog", path, exc)
+            self._rebuild(kind, catalog)
+            return catalog.last_seq(self.collection.name)
+        setattr(self, kind, index)
+        self._replay(kind, catalog, seq)
+        return seq
+
+    def _check_shape(self, kind: str, index: BinaryIndex | FloatIndex) -> None:
+        want = self.collection.bits if kind == "binary" else self.collection.dim
+        have = index.bits if kind == "binary" else index.dim
+        if have != want:
+            raise ValueError(f"snapshot has width {have}, collection needs {want}")
+
+    def _replay(self, kind: str, catalog: Catalog, seq: int) -> None:
+        index = getattr(self, kind)
+        name = self.collection.name
+        gone = catalog.tombstones_after(name, seq)
+        if len(gone):
+            index.remove(gone)
+        for ids, floats, codes in catalog.iter_segments(name, self.collection.dim, self.collection.bits, after_seq=seq):
+            index.remove(ids)  # a row may already be in the snapshot if it was written mid-change
+            index.add(ids, codes if kind == "binary" else floats)
+
+    def _rebuild(self, kind: str, catalog: Catalog) -> None:
+        index = BinaryIndex(self.collection.bits, shards=self.shards) if kind == "binary" else FloatIndex(self.collection.dim, shards=self.shards)
+        for ids, floats, codes in catalog.iter_segments(self.collection.name, self.collection.dim, self.collection.bits):
+            index.add(ids, codes if kind == "binary" else floats)
+        setattr(self, kind, index)
+        self.unsnapshotted += 1
+
+    # --- changes --------------------------------------------------------------------------
+
+    def apply(self, write: WriteResult) -> None:
+        """Apply a committed catalog write to every index of the collection."""
+        with self._write_lock:
+            removed = np.asarray(write.removed_segment_ids, dtype=np.int64)
+            for kind, index in self.indices():
+                if len(removed):
+                    index.remove(removed)
+                if len(write.added_segment_ids):
+                    vectors = write.added_codes if kind == "binary" else write.added_floats
+                    index.add(write.added_segment_ids, vectors)
+            self.applied_seq = max(self.applied_seq, write.seq)
+            self.unsnapshotted += len(removed) + len(write.added_segment_ids)
+
+    def snapshot(self, catalog: Catalog) -> None:
+        """Write every index atomically with the sequence it includes, then prune tombstones."""
+        with self._write_lock:
+            seq = self.applied_seq
+            self.directory.mkdir(parents=True, exist_ok=True)
+            for kind, index in self.indices():
+                index.save(self._path(kind), seq)
+            self.unsnapshotted = 0
+        catalog.prune_tombstones(self.collection.name, seq)
+
+    def delete_files(self) -> None:
+        for path in self.snapshot_paths():
+            path.unlink(missing_ok=True)
+
+    def memory_bytes(self) -> int:
+        return sum(index.memory_bytes() for _, index in self.indices())
+
+    def __len__(self) -> int:
+        kinds = self.indices()
+        return len(kinds[0][1]) if kinds else 0

@@ -1,0 +1,214 @@
+"""Dynamic batching: many concurrent requests share one model (or index) call.
+
+A request submits a *group* of inputs (one image, or the hundreds of windows of a long
+recording) and awaits one future. A single background task forms batches of at most
+``max_batch_size`` inputs, taking whole or partial groups in arrival order, waiting at most
+``max_wait_s`` after the first input for company. The batch function runs on one dedicated
+thread so model work never blocks the event loop and batches never run concurrently.
+
+If the batch function raises, every group with inputs in that batch fails with that error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+from app.errors import Overloaded, Unhealthy
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+@dataclass
+class _Group(Generic[In]):
+    inputs: Sequence[In]
+    future: asyncio.Future
+    enqueued_at: float
+    outputs: list[Any] = field(default_factory=list)
+    taken: int = 0  # inputs already handed to a batch
+
+
+@dataclass
+class BatchStats:
+    """Counters the metrics endpoint and the tests read."""
+
+    batches: int = 0
+    inputs: int = 0
+    last_batch_size: int = 0
+    batch_sizes: list[int] = field(default_factory=list)  # bounded history for metrics
+
+
+class DynamicBatcher(Generic[In, Out]):
+    """Batch inputs from concurrent callers into calls of ``run_batch(list[In]) -> list[Out]``.
+
+    Args:
+        run_batch: called on the worker thread with 1..max_batch_size inputs; must return one
+            output per input, in order.
+        max_batch_size: most inputs per call.
+        max_wait_s: how long the first input of a batch waits for more.
+        max_queue: most groups waiting; beyond it ``submit`` raises Overloaded (HTTP 429).
+        name: label for metrics and errors.
+        on_batch: optional callback(batch_size) after each batch, for metrics.
+    """
+
+    def __init__(
+        self,
+        run_batch: Callable[[list[In]], Sequence[Out]],
+        *,
+        max_batch_size: int = 32,
+        max_wait_s: float = 0.005,
+        max_queue: int = 1024,
+        name: str = "batcher",
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError("max_batch_size must be >= 1")
+        if max_wait_s < 0:
+            raise ValueError("max_wait_s must be >= 0")
+        if max_queue < 1:
+            raise ValueError("max_queue must be >= 1")
+        self.run_batch = run_batch
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_s
+        self.max_queue = max_queue
+        self.name = name
+        self.on_batch = on_batch
+        self.stats = BatchStats()
+        self._queue: deque[_Group[In]] = deque()
+        self._wakeup: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{name}")
+        self._stopped = False
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._wakeup = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher-{self.name}")
+
+    async def stop(self) -> None:
+        """Cancel the loop and fail every waiting request with Unhealthy."""
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        while self._queue:
+            group = self._queue.popleft()
+            if not group.future.done():
+                group.future.set_exception(Unhealthy(f"{self.name}: shutting down"))
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def queue_depth(self) -> int:
+        return sum(len(g.inputs) - g.taken for g in self._queue)
+
+    # --- submitting -----------------------------------------------------------------------
+
+    async def submit(self, item: In) -> Out:
+        """Process one input; returns its output."""
+        return (await self.submit_many([item]))[0]
+
+    async def submit_many(self, items: Sequence[In]) -> list[Out]:
+        """Process a group of inputs, possibly across several batches; outputs in order."""
+        if self._stopped:
+            raise Unhealthy(f"{self.name}: shutting down")
+        if not items:
+            return []
+        if len(self._queue) >= self.max_queue:
+            raise Overloaded(f"{self.name}: {len(self._queue)} requests are queued; retry shortly")
+        if self._task is None:
+            self.start()
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._queue.append(_Group(items, future, time.monotonic()))
+        assert self._wakeup is not None
+        self._wakeup.set()
+        return await future
+
+    # --- the loop -------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        assert self._wakeup is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            self._drop_cancelled()
+            if not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            deadline = time.monotonic() + self.max_wait_s
+            # wait for company until the batch is full or the deadline passes
+            while self.queue_depth < self.max_batch_size:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            slices = self._take_batch()
+            if not slices:
+                continue
+            inputs = [x for group, start, stop in slices for x in group.inputs[start:stop]]
+            try:
+                outputs = await loop.run_in_executor(self._executor, self.run_batch, inputs)
+                if len(outputs) != len(inputs):
+                    raise RuntimeError(f"{self.name}: batch returned {len(outputs)} outputs for {len(inputs)} inputs")
+            except Exception as exc:  # noqa: BLE001 - every caller in the batch gets the error
+                for group, _, _ in slices:
+                    if not group.future.done():
+                        group.future.set_exception(exc)
+                    self._discard(group)
+                continue
+            self._record(len(inputs))
+            offset = 0
+            for group, start, stop in slices:
+                group.outputs.extend(outputs[offset : offset + stop - start])
+                offset += stop - start
+                if len(group.outputs) == len(group.inputs):
+                    if not group.future.done():
+                        group.future.set_result(group.outputs)
+
+    def _take_batch(self) -> list[tuple[_Group[In], int, int]]:
+        slices = []
+        room = self.max_batch_size
+        while self._queue and room > 0:
+            group = self._queue[0]
+            start = group.taken
+            stop = min(len(group.inputs), start + room)
+            slices.append((group, start, stop))
+            group.taken = stop
+            room -= stop - start
+            if group.taken == len(group.inputs):
+                self._queue.popleft()
+        return slices
+
+    def _drop_cancelled(self) -> None:
+        # a client that went away should not cost model time
+        while self._queue and self._queue[0].future.done():
+            self._queue.popleft()
+
+    def _discard(self, group: _Group[In]) -> None:
+        try:
+            self._queue.remove(group)
+        except ValueError:
+            pass
+
+    def _record(self, size: int) -> None:
+        self.stats.batches += 1
+        self.stats.inputs += size
+        self.stats.last_batch_size = size
+        self.stats.batch_sizes.append(size)
+        del self.stats.batch_sizes[:-1000]
+        if self.on_batch is not None:
+            self.on_batch(size)

@@ -1,0 +1,139 @@
+"""Encoders loaded once, each behind dynamic batchers that run model work on their own thread."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from app.encoders.base import Embeddings, Encoder, check_embeddings
+from app.encoders.registry import EncoderSpec, UnknownEncoder, create_encoder
+from app.errors import BackendError, InvalidInput
+from app.settings import BatchingSettings
+from app.worker.batcher import DynamicBatcher
+
+log = logging.getLogger(__name__)
+
+Row = tuple[np.ndarray, np.ndarray]  # (float vector, packed code) of one input
+
+
+class EncoderPool:
+    """Loads encoders by name on first use and batches every call to them.
+
+    Each encoder gets one batcher for its own modality and, when it embeds text, one for text;
+    concurrent requests share batches, so N simultaneous queries cost fewer than N model calls.
+    """
+
+    def __init__(
+        self,
+        specs: dict[str, EncoderSpec],
+        device: str,
+        batching: BatchingSettings,
+        on_batch: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.specs = specs
+        self.device = device
+        self.batching = batching
+        self.on_batch = on_batch
+        self.encoders: dict[str, Encoder] = {}
+        self._batchers: dict[tuple[str, str], DynamicBatcher[Any, Row]] = {}
+        self._load_lock = asyncio.Lock()
+
+    # --- loading --------------------------------------------------------------------------
+
+    def spec(self, name: str) -> EncoderSpec:
+        if name not in self.specs:
+            raise InvalidInput(f"unknown encoder {name!r}; available: {sorted(self.specs)}")
+        return self.specs[name]
+
+    async def load(self, name: str) -> Encoder:
+        """The encoder named ``name``, loaded on first use (off the event loop)."""
+        if name in self.encoders:
+            return self.encoders[name]
+        async with self._load_lock:
+            if name not in self.encoders:
+                self.spec(name)
+                try:
+                    encoder = await asyncio.to_thread(create_encoder, name, self.specs, self.device)
+                except UnknownEncoder as exc:
+                    raise InvalidInput(str(exc)) from exc
+                self.encoders[name] = encoder
+                log.info("loaded encoder %s on %s", name, self.device)
+        return self.encoders[name]
+
+    # --- batched calls --------------------------------------------------------------------
+
+    async def encode(self, name: str, inputs: Sequence[Any]) -> Embeddings:
+        encoder = await self.load(name)
+        return _stack(await self._batcher(encoder, "encode").submit_many(list(inputs)), encoder)
+
+    async def encode_text(self, name: str, texts: Sequence[str]) -> Embeddings:
+        encoder = await self.load(name)
+        if not encoder.supports_text:
+            raise InvalidInput(f"encoder {name!r} cannot embed text; text search needs an image-text encoder")
+        return _stack(await self._batcher(encoder, "text").submit_many(list(texts)), encoder)
+
+    async def rerank(self, name: str, text: str, image_floats: np.ndarray) -> np.ndarray:
+        encoder = await self.load(name)
+        if not encoder.supports_rerank:
+            raise InvalidInput(f"encoder {name!r} has no relevance head; search with rerank=false")
+        # one call per query (its candidates are the batch), on the text batcher's thread
+        batcher = self._batcher(encoder, "rerank")
+        return (await batcher.submit((text, image_floats)))[0]
+
+    def _batcher(self, encoder: Encoder, op: str) -> DynamicBatcher[Any, Row]:
+        key = (encoder.name, op)
+        if key not in self._batchers:
+            run = {"encode": _run_encode, "text": _run_text, "rerank": _run_rerank}[op]
+            size = 1 if op == "rerank" else self.batching.max_batch_size
+            self._batchers[key] = DynamicBatcher(
+                lambda batch, run=run: run(encoder, batch),
+                max_batch_size=size,
+                max_wait_s=self.batching.max_wait_ms / 1000,
+                max_queue=self.batching.max_queue,
+                name=f"{encoder.name}:{op}",
+                on_batch=(lambda n, label=f"{encoder.name}:{op}": self.on_batch(label, n)) if self.on_batch else None,
+            )
+        return self._batchers[key]
+
+    def queue_depths(self) -> dict[str, int]:
+        return {batcher.name: batcher.queue_depth for batcher in self._batchers.values()}
+
+    def batchers(self) -> list[DynamicBatcher[Any, Row]]:
+        return list(self._batchers.values())
+
+    async def stop(self) -> None:
+        for batcher in self._batchers.values():
+            await batcher.stop()
+
+
+def _rows(emb: Embeddings, encoder: Encoder, n: int) -> list[Row]:
+    try:
+        check_embeddings(emb, n=n, dim=encoder.dim, bits=encoder.bits)
+    except ValueError as exc:
+        raise BackendError(f"encoder {encoder.name!r} produced bad output: {exc}") from exc
+    return list(zip(emb.floats, emb.codes))
+
+
+def _run_encode(encoder: Encoder, batch: list[Any]) -> list[Row]:
+    with torch.inference_mode():
+        return _rows(encoder.encode(batch), encoder, len(batch))
+
+
+def _run_text(encoder: Encoder, batch: list[str]) -> list[Row]:
+    with torch.inference_mode():
+        return _rows(encoder.encode_text(batch), encoder, len(batch))
+
+
+def _run_rerank(encoder: Encoder, batch: list[tuple[str, np.ndarray]]) -> list[Any]:
+    with torch.inference_mode():
+        return [(np.asarray(encoder.rerank(text, floats), dtype=np.float32),) for text, floats in batch]
+
+
+def _stack(rows: list[Row], encoder: Encoder) -> Embeddings:
+    if not rows:
+        return Embeddings(np.zeros((0, encoder.dim), np.float32), np.zeros((0, encoder.bits // 8), np.uint8))
+    return Embeddings(np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]))
