@@ -74,6 +74,18 @@ class RouteTimer:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            self.observe(scope.get("method", ""), template, status, time.perf_counter() - started)
+            self.observe(scope.get("method", ""), route_template(scope), status, time.perf_counter() - started)
+
+
+def route_template(scope: Scope) -> str:
+    """'/v1/collections/{name}/search' for '/v1/collections/birds/search'.
+
+    Routers included in routers only know their own relative path, so the template is rebuilt
+    from the matched path parameters; requests that matched no route share one label.
+    """
+    if scope.get("route") is None:
+        return "unmatched"
+    path = scope["path"]
+    for name, value in scope.get("path_params", {}).items():
+        path = path.replace(f"/{value}", f"/{{{name}}}", 1)
+    return path

@@ -7,10 +7,10 @@ at import time; ``create_app(settings=None)`` builds Settings when it is called.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class BatchingSettings(BaseModel):
@@ -61,7 +61,7 @@ class Settings(BaseSettings):
     host: str = Field("0.0.0.0", description="Interface uvicorn binds.")
     port: int = Field(8000, ge=1, le=65535, description="Port uvicorn binds.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto uses CUDA when present.")
-    api_keys: list[SecretStr] = Field(default_factory=list, description="When non-empty, every /v1 route needs one of these keys.")
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list, description="When non-empty, every /v1 route needs one of these keys.")
     torch_threads: int = Field(2, ge=1, description="torch intra-op threads; with faiss also threaded, more is slower.")
     keep_media: bool = Field(True, description="Default for new collections: keep uploaded originals.")
     demo: bool = Field(False, description="Seed a demo collection on first start when the catalog is empty.")

@@ -1,0 +1,59 @@
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import error_of, make_settings, tone_wav
+
+
+@pytest.fixture
+def keyed(tmp_path):
+    with TestClient(create_app(make_settings(tmp_path, api_keys=["k-one", "k-two"]))) as client:
+        yield client
+
+
+def test_v1_routes_need_a_valid_key(keyed):
+    missing = keyed.get("/v1/collections")
+    assert missing.status_code == 401 and "API key" in error_of(missing)["message"]
+    assert keyed.get("/v1/collections", headers={"X-API-Key": "wrong"}).status_code == 401
+    assert keyed.get("/v1/collections", headers={"Authorization": "Bearer k-wrong"}).status_code == 401
+    assert keyed.get("/v1/collections", headers={"X-API-Key": "k-two"}).status_code == 200
+    assert keyed.get("/v1/collections", headers={"Authorization": "Bearer k-one"}).status_code == 200
+    # a refused write changes nothing
+    assert keyed.post("/v1/collections", json={"name": "a", "modality": "audio"}).status_code == 401
+    assert keyed.get("/v1/collections", headers={"X-API-Key": "k-one"}).json()["count"] == 0
+
+
+def test_health_and_metrics_stay_open(keyed):
+    assert keyed.get("/healthz").status_code == 200
+    assert keyed.get("/readyz").json()["status"] == "ready"
+    assert keyed.get("/metrics").status_code == 200
+
+
+def test_api_keys_from_a_comma_separated_environment_variable(monkeypatch, tmp_path):
+    monkeypatch.setenv("RECALL_API_KEYS", "alpha, beta")
+    monkeypatch.setenv("RECALL_BATCHING__MAX_BATCH_SIZE", "7")
+    settings = Settings(data_dir=tmp_path)
+    assert [k.get_secret_value() for k in settings.api_keys] == ["alpha", "beta"]
+    assert settings.batching.max_batch_size == 7
+    assert "alpha" not in repr(settings)
+
+
+def test_readiness_reports_reasons_until_encoders_load(tmp_path):
+    settings = make_settings(tmp_path, encoders={"default_audio": "no-such-encoder", "default_image": "image-baseline"})
+    with TestClient(create_app(settings)) as client:
+        response = client.get("/readyz")
+        assert response.status_code == 503
+        assert any("no-such-encoder" in reason for reason in response.json()["reasons"])
+        assert client.get("/healthz").status_code == 200
+
+
+def test_metrics_expose_latency_batches_and_sizes(client):
+    client.post("/v1/collections", json={"name": "m", "modality": "audio"})
+    client.post("/v1/collections/m/items", files=[("files", ("x.wav", tone_wav(seconds=2)))])
+    client.post("/v1/collections/m/search", files={"file": ("q.wav", tone_wav())})
+    text = client.get("/metrics").text
+    assert 'recall_request_seconds_count{method="POST",route="/v1/collections/{name}/search",status="200"} 1.0' in text
+    assert 'recall_collection_items{collection="m"} 1.0' in text
+    assert 'recall_collection_segments{collection="m"} 3.0' in text
+    assert "recall_batch_size_bucket" in text and "recall_queue_depth" in text
