@@ -1,0 +1,42 @@
+"""N concurrent HTTP queries make fewer than N encoder calls (and share index scans)."""
+
+import asyncio
+
+import httpx
+import numpy as np
+from asgi_lifespan import LifespanManager
+
+from app.main import create_app
+from tests.conftest import make_settings, tone_wav
+
+
+def test_concurrent_queries_share_encoder_batches(tmp_path):
+    settings = make_settings(tmp_path, batching={"max_batch_size": 16, "max_wait_ms": 50})
+    app = create_app(settings)
+
+    async def main():
+        async with LifespanManager(app) as manager:
+            transport = httpx.ASGITransport(app=manager.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                await client.post("/v1/collections", json={"name": "a", "modality": "audio"})
+                files = [("files", (f"t{i}.wav", tone_wav(200 + 300 * i))) for i in range(4)]
+                await client.post("/v1/collections/a/items", files=files)
+                services = manager._state["services"]
+                encoder = services.encoders.encoders["audio-baseline"]
+                calls = []
+                original = encoder.encode
+                encoder.encode = lambda batch: calls.append(len(batch)) or original(batch)
+                n = 12
+                queries = [
+                    client.post("/v1/collections/a/search", files={"file": ("q.wav", tone_wav(200 + 300 * (i % 4)))}, data={"k": "1"})
+                    for i in range(n)
+                ]
+                responses = await asyncio.gather(*queries)
+                assert all(r.status_code == 200 for r in responses)
+                for i, r in enumerate(responses):
+                    assert r.json()["results"][0]["id"] == f"t{i % 4}.wav"
+                assert sum(calls) == n and len(calls) < n, calls
+                scan = services.collections["a"].scans.binary._batcher.stats
+                assert scan.inputs >= n and np.max(scan.batch_sizes) > 1
+
+    asyncio.run(main())

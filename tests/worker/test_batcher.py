@@ -1,0 +1,113 @@
+import asyncio
+import threading
+
+import pytest
+
+from app.errors import Overloaded, Unhealthy
+from app.worker.batcher import DynamicBatcher
+
+
+class Recorder:
+    """A batch function that records each call's inputs and the thread it ran on."""
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.calls: list[list[int]] = []
+        self.threads: set[str] = set()
+        self.fail_on = fail_on
+
+    def __call__(self, batch: list[int]) -> list[int]:
+        self.calls.append(list(batch))
+        self.threads.add(threading.current_thread().name)
+        if self.fail_on is not None and self.fail_on in batch:
+            raise RuntimeError("model exploded")
+        return [x * 10 for x in batch]
+
+
+def test_batch_completes_when_full_not_before():
+    """max_batch_size=3 with a huge wait: two submits wait, the third releases all three."""
+
+    async def main():
+        rec = Recorder()
+        batcher = DynamicBatcher(rec, max_batch_size=3, max_wait_s=1000)
+        first = asyncio.ensure_future(batcher.submit(1))
+        second = asyncio.ensure_future(batcher.submit(2))
+        await asyncio.sleep(0.05)
+        assert not first.done() and not second.done()
+        third = await batcher.submit(3)
+        assert (await first, await second, third) == (10, 20, 30)
+        assert rec.calls == [[1, 2, 3]]
+        await batcher.stop()
+
+    asyncio.run(main())
+
+
+def test_concurrent_requests_share_batches():
+    async def main():
+        rec = Recorder()
+        batcher = DynamicBatcher(rec, max_batch_size=8, max_wait_s=0.02)
+        results = await asyncio.gather(*(batcher.submit(i) for i in range(20)))
+        assert results == [i * 10 for i in range(20)]
+        assert len(rec.calls) < 20 and max(map(len, rec.calls)) <= 8
+        assert len(rec.threads) == 1 and threading.current_thread().name not in rec.threads
+        await batcher.stop()
+
+    asyncio.run(main())
+
+
+def test_a_group_larger_than_a_batch_is_split_and_reassembled_in_order():
+    async def main():
+        rec = Recorder()
+        batcher = DynamicBatcher(rec, max_batch_size=4, max_wait_s=0)
+        out = await batcher.submit_many(list(range(10)))
+        assert out == [i * 10 for i in range(10)]
+        assert [len(c) for c in rec.calls] == [4, 4, 2]
+        await batcher.stop()
+
+    asyncio.run(main())
+
+
+def test_a_failing_batch_fails_every_caller_in_it_and_the_batcher_goes_on():
+    async def main():
+        rec = Recorder(fail_on=2)
+        batcher = DynamicBatcher(rec, max_batch_size=3, max_wait_s=1000)
+        futures = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2, 3)]
+        for f in futures:
+            with pytest.raises(RuntimeError, match="exploded"):
+                await f
+        assert await asyncio.wait_for(asyncio.gather(*(batcher.submit(i) for i in (4, 5, 6))), 5) == [40, 50, 60]
+        await batcher.stop()
+
+    asyncio.run(main())
+
+
+def test_full_queue_is_overloaded_and_stop_fails_waiters():
+    async def main():
+        batcher = DynamicBatcher(Recorder(), max_batch_size=100, max_wait_s=1000, max_queue=2)
+        waiting = [asyncio.ensure_future(batcher.submit(i)) for i in range(2)]
+        await asyncio.sleep(0.01)
+        with pytest.raises(Overloaded):
+            await batcher.submit(99)
+        await batcher.stop()
+        for f in waiting:
+            with pytest.raises(Unhealthy):
+                await f
+        with pytest.raises(Unhealthy):
+            await batcher.submit(1)
+
+    asyncio.run(main())
+
+
+def test_wrong_output_count_is_an_error():
+    async def main():
+        batcher = DynamicBatcher(lambda batch: batch[:-1], max_batch_size=2, max_wait_s=0)
+        with pytest.raises(RuntimeError, match="outputs"):
+            await batcher.submit_many([1, 2])
+        await batcher.stop()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("kwargs", [{"max_batch_size": 0}, {"max_wait_s": -1}, {"max_queue": 0}])
+def test_constructor_arguments_are_validated(kwargs):
+    with pytest.raises(ValueError):
+        DynamicBatcher(Recorder(), **kwargs)
