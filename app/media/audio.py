@@ -130,16 +130,17 @@ def _decode_soundfile(
     with sound:
         rate = sound.samplerate
         declared = sound.frames
-        container = sound.format
         if rate <= 0:
             return None
-        _check_max_duration(declared / rate, max_seconds, filename)
+        # libsndfile estimates MP3 length from the bitrate unless a Xing/Info header gives it;
+        # a VBR estimate can be several times off, so it decides neither "too long" nor "cut".
+        trust_declared = sound.format != "MP3" or _truncation.mp3_has_frame_count(data)
+        if trust_declared:
+            _check_max_duration(declared / rate, max_seconds, filename)
         try:
             frames = sound.read(dtype="float32", always_2d=True)
         except (sf.LibsndfileError, RuntimeError) as exc:
             raise _corrupt(filename, sniffed, str(exc)) from exc
-    # libsndfile estimates MP3 length from the bitrate unless a Xing/Info header gives it.
-    trust_declared = container != "MP3" or _truncation.mp3_has_frame_count(data)
     if trust_declared:
         _check_complete(len(frames) / rate, declared / rate, filename, sniffed)
     return frames.mean(axis=1, dtype=np.float32), rate
@@ -163,7 +164,7 @@ def _decode_pyav(data: bytes, sniffed: Sniffed | None, filename: str, max_second
             raise _undecodable(filename, sniffed, None)
         stream = audio_streams[0]
         declared, exact = _declared_seconds(container, stream, data)
-        if declared is not None:
+        if declared is not None and exact:
             _check_max_duration(declared, max_seconds, filename)
 
         # fltp keeps each frame's channels and rate; later frames are converted to the first
@@ -179,8 +180,8 @@ def _decode_pyav(data: bytes, sniffed: Sniffed | None, filename: str, max_second
                     chunk = out.to_ndarray().mean(axis=0, dtype=np.float32)
                     chunks.append(chunk)
                     total += chunk.size
-                # No trustworthy header length (e.g. a MediaRecorder WebM): stop early instead
-                # of decoding hours of audio only to refuse it.
+                # Without an exact header length (a MediaRecorder WebM, raw MP3/AAC) stop as
+                # soon as the limit is passed instead of decoding hours only to refuse them.
                 if rate and total > max_seconds * rate:
                     _check_max_duration(total / rate, max_seconds, filename)
             for out in resampler.resample(None):
@@ -188,7 +189,7 @@ def _decode_pyav(data: bytes, sniffed: Sniffed | None, filename: str, max_second
         except (av.FFmpegError, EOFError, ValueError) as exc:
             raise _corrupt(filename, sniffed, str(exc)) from exc
     wave = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
-    if rate == 0:
+    if rate == 0:  # nothing decoded: the caller refuses the empty wave; avoid dividing by 0
         rate = stream.rate or 1
     if declared is not None and exact:
         _check_complete(wave.size / rate, declared, filename, sniffed)
