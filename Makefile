@@ -19,8 +19,9 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/activate
 
 install: $(VENV)/.installed
 
+# RECALL_DEMO=1: the first start seeds demo collections so the page at / works at once
 serve: install
-	$(BIN)/recall serve
+	RECALL_DEMO=$${RECALL_DEMO:-1} $(BIN)/recall serve
 
 test: install
 	$(BIN)/python -m pytest -q -ra
