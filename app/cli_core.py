@@ -51,7 +51,8 @@ def serve_command(args: argparse.Namespace) -> int:
     from app.settings import Settings
 
     overrides = {k: v for k, v in {"host": args.host, "port": args.port, "data_dir": args.data_dir}.items() if v is not None}
-    settings = Settings(**overrides)
+    # listen at once and load in the background: orchestrators see /healthz alive and /readyz 503 meanwhile
+    settings = Settings(**{"background_start": True, **overrides})
     # one worker: the model, the batch queues and the index live in this process
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level, workers=1)
     return 0

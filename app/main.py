@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -44,15 +45,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         services.metrics.add_gauges(_scrape_gauges(services))
         app.state.timer_target = services.metrics
         jobs = JobRunner(services)
-        try:
+        async def start() -> None:
             await services.start()
             await jobs.start()
             if settings.demo:
-                from app.demo import seed_demo  # optional feature; absent in minimal builds
+                from app.demo import seed_demo
 
                 await seed_demo(services)
+            services.loaded = True
+
+        loading = None
+        try:
+            if settings.background_start:
+                loading = asyncio.get_running_loop().create_task(start())
+                loading.add_done_callback(_report_failure(services))
+            else:
+                await start()
             yield {"services": services, "jobs": jobs}
         finally:
+            if loading is not None and not loading.done():
+                loading.cancel()
             await jobs.stop()
             await services.stop()
 
@@ -100,6 +112,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RouteTimer, observe=observe)
     app.add_middleware(BodyLimit, limit=lambda: settings.limits.max_upload_bytes)
     return app
+
+
+def _report_failure(services: Services) -> Any:
+    def done(task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("startup failed", exc_info=task.exception())
+            services.not_ready = [f"startup failed: {task.exception()}"]
+
+    return done
 
 
 def _mount_web(app: FastAPI) -> None:

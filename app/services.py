@@ -59,6 +59,7 @@ class Services:
         )
         self.collections: dict[str, CollectionState] = {}
         self.not_ready: list[str] = ["starting"]
+        self.loaded = False  # set once encoders, indices, jobs (and demo data) are ready
         self.started_at = time.time()
 
     # --- lifecycle ------------------------------------------------------------------------

@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     keep_media: bool = Field(True, description="Default for new collections: keep uploaded originals.")
     demo: bool = Field(False, description="Seed a demo collection on first start when the catalog is empty.")
     log_level: str = Field("info", description="uvicorn and app log level.")
+    background_start: bool = Field(
+        False,
+        description="Load encoders and indices after the server starts listening: /healthz answers at once and "
+        "/readyz and /v1 answer 503 until loading ends. `recall serve` turns it on; in-process users get a ready app.",
+    )
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     index: IndexSettings = Field(default_factory=IndexSettings)
     encoders: EncoderSettings = Field(default_factory=EncoderSettings)

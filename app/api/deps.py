@@ -14,8 +14,9 @@ from app.services import Services
 
 def get_services(request: Request) -> Services:
     services = getattr(request.state, "services", None)
-    if services is None:
-        raise Unhealthy("the service is starting")
+    if services is None or not services.loaded:
+        reasons = services.not_ready if services is not None else ["starting"]
+        raise Unhealthy(f"the service is not ready yet: {'; '.join(reasons) or 'starting'}; retry shortly")
     return services
 
 

@@ -57,3 +57,33 @@ def test_metrics_expose_latency_batches_and_sizes(client):
     assert 'recall_collection_items{collection="m"} 1.0' in text
     assert 'recall_collection_segments{collection="m"} 3.0' in text
     assert "recall_batch_size_bucket" in text and "recall_queue_depth" in text
+
+
+def test_background_start_answers_503_until_loaded(tmp_path, monkeypatch):
+    import threading
+
+    from app.services import Services
+
+    release = threading.Event()
+    original = Services.start
+
+    async def slow_start(self):
+        import asyncio
+
+        await asyncio.to_thread(release.wait, 10)
+        await original(self)
+
+    monkeypatch.setattr(Services, "start", slow_start)
+    with TestClient(create_app(make_settings(tmp_path, background_start=True))) as client:
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/readyz").status_code == 503
+        response = client.get("/v1/collections")
+        assert response.status_code == 503 and "not ready" in error_of(response)["message"]
+        assert client.get("/metrics").status_code == 200
+        release.set()
+        import time
+
+        deadline = time.time() + 10
+        while client.get("/readyz").status_code != 200 and time.time() < deadline:
+            time.sleep(0.02)
+        assert client.get("/v1/collections").status_code == 200

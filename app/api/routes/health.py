@@ -5,7 +5,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.api.deps import ServicesDep
 
 router = APIRouter(tags=["health"])
 
@@ -20,13 +19,16 @@ def read_health() -> dict[str, str]:
 def read_readiness(request: Request) -> JSONResponse:
     """200 once encoders and indices are loaded; 503 with the reasons until then."""
     services = getattr(request.state, "services", None)
-    reasons = ["starting"] if services is None else services.not_ready
+    reasons = ["starting"] if services is None else list(services.not_ready)
+    if services is not None and not services.loaded and not reasons:
+        reasons = ["seeding demo data"]
     if reasons:
         return JSONResponse({"status": "unavailable", "reasons": reasons}, status_code=503)
     return JSONResponse({"status": "ready", "collections": len(services.collections)})
 
 
 @router.get("/metrics")
-def read_metrics(services: ServicesDep) -> Response:
-    """Prometheus exposition format."""
+def read_metrics(request: Request) -> Response:
+    """Prometheus exposition format (answers while loading, too)."""
+    services = request.state.services
     return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
