@@ -199,10 +199,14 @@ class ShardedIndex:
                 part_scores, rows = self._scan(queries, shard.data, min(kk, shard.size))
                 return part_scores, np.where(rows >= 0, shard.ids[np.maximum(rows, 0)], PAD_ID)
 
+            # Scans always run on the pool, whose threads use one OpenMP thread: called from
+            # a thread with faiss' default team of 2, a one-query scan leaves the second
+            # thread spinning, which is ruinous when other processes want the core.
+            pool = scan_pool(len(self._shards))
             if len(live) > 1 and total >= self.parallel_min_rows:
-                parts = list(scan_pool(len(live)).map(scan, live))
+                parts = list(pool.map(scan, live))
             else:
-                parts = [scan(shard) for shard in live]
+                parts = pool.submit(lambda: [scan(shard) for shard in live]).result()
         if len(parts) == 1:
             merged_scores, merged_ids = parts[0]
         else:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import faiss
 import numpy as np
 
+from app.index._hamming import knn_hamming
 from app.index._sharded import ShardedIndex
 from app.index._validate import as_rows
 
@@ -53,23 +53,3 @@ class BinaryIndex(ShardedIndex):
     def _scan(self, queries: np.ndarray, data: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         return knn_hamming(queries, data, k)
 
-
-def knn_hamming(queries: np.ndarray, database: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact Hamming top-k with FAISS' heap kernel (cache-blocked over the database).
-
-    Args:
-        queries: ``(nq, nbytes)`` uint8, C-contiguous.
-        database: ``(n, nbytes)`` uint8, C-contiguous, ``n >= k``.
-        k: neighbours per query.
-
-    Returns:
-        ``(distances int32, rows int64)``, each ``(nq, k)``, ascending.
-    """
-    nq, nbytes = queries.shape
-    D = np.empty((nq, k), dtype=np.int32)
-    I = np.empty((nq, k), dtype=np.int64)
-    heap = faiss.int_maxheap_array_t()
-    heap.k, heap.nh = k, nq
-    heap.val, heap.ids = faiss.swig_ptr(D), faiss.swig_ptr(I)
-    faiss.hammings_knn_hc(heap, faiss.swig_ptr(queries), faiss.swig_ptr(database), len(database), nbytes, 1)
-    return D, I

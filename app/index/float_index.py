@@ -95,16 +95,48 @@ def cosine_distance(similarities: np.ndarray) -> np.ndarray:
     return (1.0 - similarities).astype(np.float32)
 
 
+# faiss picks its BLAS path only when nq * dim >= this global (default 128000, i.e. ~1000
+# queries at 128-d); below it, every query re-scans the database. A shared scan of 16 queries
+# is 3-4x faster through BLAS, so batches always take it; single queries use our own scan
+# (_knn_single), so the threshold never has to depend on the dimension.
+_BLAS_THRESHOLD = 1
+# Rows per block of the single-query scan: 8 MB of 128-d rows, scores stay in L1/L2.
+_SINGLE_BLOCK_ROWS = 16384
+
+
 def knn_inner_product(queries: np.ndarray, database: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact inner-product top-k with FAISS (BLAS for large batches, SIMD scan otherwise).
+    """Exact inner-product top-k: BLAS for batches, a streaming SIMD scan for one query.
 
     Returns:
         ``(similarities float32, rows int64)``, each ``(nq, k)``, descending.
     """
     nq, dim = queries.shape
+    if nq == 1:
+        return _knn_single(queries, database, k)
+    if faiss.cvar.distance_compute_blas_threshold != _BLAS_THRESHOLD:
+        faiss.cvar.distance_compute_blas_threshold = _BLAS_THRESHOLD
     D = np.empty((nq, k), dtype=np.float32)
     I = np.empty((nq, k), dtype=np.int64)
     faiss.knn_inner_product(
         faiss.swig_ptr(queries), faiss.swig_ptr(database), dim, nq, len(database), k, faiss.swig_ptr(D), faiss.swig_ptr(I)
     )
+    return D, I
+
+
+def _knn_single(query: np.ndarray, database: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """One query: SIMD dot products block by block, kept in a faiss min-heap of the k best."""
+    dim = query.shape[1]
+    D = np.empty((1, k), dtype=np.float32)
+    I = np.empty((1, k), dtype=np.int64)
+    heap = faiss.float_minheap_array_t()
+    heap.k, heap.nh = k, 1
+    heap.val, heap.ids = faiss.swig_ptr(D), faiss.swig_ptr(I)
+    heap.heapify()
+    scores = np.empty(min(_SINGLE_BLOCK_ROWS, len(database)), dtype=np.float32)
+    query_ptr, scores_ptr = faiss.swig_ptr(query), faiss.swig_ptr(scores)
+    for start in range(0, len(database), _SINGLE_BLOCK_ROWS):
+        rows = min(_SINGLE_BLOCK_ROWS, len(database) - start)
+        faiss.fvec_inner_products_ny(scores_ptr, query_ptr, faiss.swig_ptr(database[start : start + rows]), dim, rows)
+        heap.addn(rows, scores_ptr, start, 0, 1)
+    heap.reorder()
     return D, I

@@ -1,0 +1,227 @@
+"""Index speed: binary scan vs memory bandwidth, shared scans, binary vs float.
+
+Writes ``bench/results/index.json`` (or ``--out``). Every ratio is measured in one run, with
+the variants interleaved call by call, so that load from other processes on a shared machine
+hits all of them alike; medians are reported next to minima.
+
+    python -m bench.bench_index            # full sizes: 5e6 x 256 bits, 1e6 x 128-d
+    python -m bench.bench_index --quick    # 1e6 / 2e5 rows, 512 MB bandwidth array
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from app.index import BinaryIndex, FloatIndex
+from bench.bandwidth import read_bandwidth
+
+K = 10
+BITS = 256
+DIM = 128
+FAISS_DEFAULT_BLAS_THRESHOLD = faiss.cvar.distance_compute_blas_threshold  # read before any FloatIndex runs
+
+
+def interleaved(variants: dict[str, Callable[[int], object]], repeats: int) -> dict[str, dict[str, float]]:
+    """Time each variant ``repeats`` times, round-robin; returns ms stats per variant.
+
+    Each callable gets the repetition number (to pick a fresh query) and is warmed up once.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for fn in variants.values():
+        fn(0)
+    for r in range(repeats):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            fn(r)
+            samples[name].append((time.perf_counter() - start) * 1e3)
+    return {
+        name: {"median_ms": float(np.median(s)), "min_ms": float(np.min(s)), "repeats": len(s)}
+        for name, s in samples.items()
+    }
+
+
+def faiss_default_float_search(index: faiss.IndexFlatIP, queries: np.ndarray) -> object:
+    """IndexFlatIP.search with faiss' stock BLAS threshold (FloatIndex lowers that global)."""
+    saved = faiss.cvar.distance_compute_blas_threshold
+    faiss.cvar.distance_compute_blas_threshold = FAISS_DEFAULT_BLAS_THRESHOLD
+    try:
+        return index.search(queries, K)
+    finally:
+        faiss.cvar.distance_compute_blas_threshold = saved
+
+
+def random_codes(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.integers(0, 256, (n, BITS // 8), dtype=np.uint8)
+
+
+def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
+    x = rng.standard_normal((n, DIM), dtype=np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x
+
+
+def bench_binary_large(n: int, bandwidth_gb_s: float, repeats: int, rng: np.random.Generator) -> dict:
+    """One query and 16 queries over n x 256-bit codes: ours vs FAISS called the default way."""
+    codes = random_codes(rng, n)
+    ours = BinaryIndex(BITS, shards=2)
+    ours.add(np.arange(n), codes)
+    flat = faiss.IndexBinaryFlat(BITS)
+    flat.add(codes)
+    del codes
+    queries = random_codes(rng, 16 * (repeats + 1))
+    index_bytes = n * BITS // 8
+    bound_ms = index_bytes / (bandwidth_gb_s * 1e9) * 1e3
+
+    one = interleaved(
+        {
+            "ours_2_shards": lambda r: ours.search(queries[r : r + 1], K),
+            "faiss_default": lambda r: flat.search(queries[r : r + 1], K),
+        },
+        repeats,
+    )
+    batch = 16
+    # One at a time: 16 separate calls; shared scan: the same 16 queries in one call.
+    many = interleaved(
+        {
+            "ours_one_at_a_time": lambda r: [
+                ours.search(queries[16 * r + i : 16 * r + i + 1], K) for i in range(batch)
+            ],
+            "ours_shared_scan": lambda r: ours.search(queries[16 * r : 16 * r + batch], K),
+            "faiss_default_batch": lambda r: flat.search(queries[16 * r : 16 * r + batch], K),
+        },
+        max(3, repeats // 4),
+    )
+    result = {
+        "rows": n,
+        "bits": BITS,
+        "k": K,
+        "index_bytes": index_bytes,
+        "bandwidth_bound_ms": bound_ms,
+        "one_query": one,
+        "one_query_ratio_to_bound": one["ours_2_shards"]["median_ms"] / bound_ms,
+        "one_query_ratio_to_bound_best": one["ours_2_shards"]["min_ms"] / bound_ms,
+        "faiss_default_ratio_to_bound": one["faiss_default"]["median_ms"] / bound_ms,
+        "speedup_vs_faiss_default": one["faiss_default"]["median_ms"] / one["ours_2_shards"]["median_ms"],
+        "batch16": many,
+        "shared_scan_throughput_gain": many["ours_one_at_a_time"]["median_ms"] / many["ours_shared_scan"]["median_ms"],
+        "shared_scan_gain_vs_faiss_default_single": 16
+        * one["faiss_default"]["median_ms"]
+        / many["ours_shared_scan"]["median_ms"],
+        "targets": {"one_query_ratio_to_bound": "<= 1.25", "shared_scan_throughput_gain": ">= 4"},
+    }
+    del ours, flat
+    gc.collect()
+    return result
+
+
+def bench_binary_vs_float(n: int, repeats: int, rng: np.random.Generator) -> dict:
+    """One query (and 16) at n rows: 256-bit codes vs 128-d float32 vectors."""
+    binary = BinaryIndex(BITS, shards=2)
+    binary.add(np.arange(n), random_codes(rng, n))
+    vectors = unit_vectors(rng, n)
+    floats = {shards: FloatIndex(DIM, shards=shards, check_norm=False) for shards in (1, 2)}
+    for index in floats.values():
+        index.add(np.arange(n), vectors)
+    flat_ip = faiss.IndexFlatIP(DIM)
+    flat_ip.add(vectors)
+    del vectors
+    bq = random_codes(rng, 16 * (repeats + 1))
+    fq = unit_vectors(rng, 16 * (repeats + 1))
+    one = interleaved(
+        {
+            "binary_ours": lambda r: binary.search(bq[r : r + 1], K),
+            "float_ours_2_shards": lambda r: floats[2].search(fq[r : r + 1], K),
+            "float_ours_1_shard": lambda r: floats[1].search(fq[r : r + 1], K),
+            "float_faiss_default": lambda r: faiss_default_float_search(flat_ip, fq[r : r + 1]),
+        },
+        repeats,
+    )
+    batch = interleaved(
+        {
+            "binary_ours": lambda r: binary.search(bq[16 * r : 16 * r + 16], K),
+            "float_ours_2_shards": lambda r: floats[2].search(fq[16 * r : 16 * r + 16], K),
+        },
+        max(3, repeats // 4),
+    )
+    best_float = min(one["float_ours_2_shards"]["median_ms"], one["float_ours_1_shard"]["median_ms"])
+    result = {
+        "rows": n,
+        "bits": BITS,
+        "dim": DIM,
+        "one_query": one,
+        "float_over_binary_one_query": best_float / one["binary_ours"]["median_ms"],
+        "float_faiss_default_over_binary_one_query": one["float_faiss_default"]["median_ms"]
+        / one["binary_ours"]["median_ms"],
+        "batch16": batch,
+        "float_over_binary_batch16": batch["float_ours_2_shards"]["median_ms"] / batch["binary_ours"]["median_ms"],
+        "targets": {"float_over_binary_one_query": ">= 20"},
+    }
+    del binary, floats, flat_ip
+    gc.collect()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
+    parser.add_argument("--rows", type=int, help="rows of the large binary index (default 5e6, quick 1e6)")
+    parser.add_argument("--compare-rows", type=int, help="rows for binary vs float (default 1e6, quick 2e5)")
+    parser.add_argument("--repeats", type=int, default=40, help="timed single queries per variant")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "index.json")
+    args = parser.parse_args()
+    rows = args.rows or (1_000_000 if args.quick else 5_000_000)
+    compare_rows = args.compare_rows or (200_000 if args.quick else 1_000_000)
+    rng = np.random.default_rng(0)
+
+    load_before = os.getloadavg()
+    started = time.time()
+    bandwidth = {f"{t}_threads": read_bandwidth(nbytes=(512 << 20) if args.quick else (2 << 30), threads=t) for t in (1, 2)}
+    gc.collect()
+    bw2 = bandwidth["2_threads"]["median_gb_s"]
+    large = bench_binary_large(rows, bw2, args.repeats, rng)
+    compare = bench_binary_vs_float(compare_rows, args.repeats, rng)
+    result = {
+        "benchmark": "index",
+        "quick": args.quick,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "faiss": faiss.__version__,
+            "faiss_simd": faiss.get_compile_options(),
+            "numpy": np.__version__,
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+            "note": "2 cores shared with other engineers' jobs during the run: absolute times are noisy, "
+            "ratios are measured interleaved in the same run",
+        },
+        "seconds": time.time() - started,
+        "memory_bandwidth": bandwidth,
+        "binary_large": large,
+        "binary_vs_float": compare,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    summary = {
+        "bandwidth_2t_gb_s": round(bw2, 1),
+        "one_query_ms": round(large["one_query"]["ours_2_shards"]["median_ms"], 2),
+        "faiss_default_ms": round(large["one_query"]["faiss_default"]["median_ms"], 2),
+        "bound_ms": round(large["bandwidth_bound_ms"], 2),
+        "ratio_to_bound": round(large["one_query_ratio_to_bound"], 2),
+        "shared_scan_gain": round(large["shared_scan_throughput_gain"], 2),
+        "float_over_binary": round(compare["float_over_binary_one_query"], 1),
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
