@@ -210,19 +210,27 @@ def cmd_judge(args: argparse.Namespace) -> int:
     """Append --record judgments, load all judgments, print MTC confidence and the next pairs to judge."""
     from app.eval.mtc import MinimalTestCollection, build_pool
 
-    levels = [float(level) for level in args.levels.split(",")]
+    try:
+        levels = sorted({int(level) for level in args.levels.split(",")})  # qrels gains are integers
+    except ValueError:
+        print(f"error: --levels must be comma-separated integers, got {args.levels!r}", file=sys.stderr)
+        return 2
     for qid, doc, gain in args.record:
-        if float(gain) not in levels:
+        if not gain.lstrip("-").isdigit() or int(gain) not in levels:
             print(f"error: gain {gain} is not one of the levels {args.levels}", file=sys.stderr)
             return 2
         with open(args.judgments, "a", encoding="utf-8") as handle:
-            handle.write(f"{qid} 0 {doc} {int(float(gain))}\n")
+            handle.write(f"{qid} 0 {doc} {int(gain)}\n")
     judgments = read_qrels(args.judgments) if args.judgments.exists() else {}
     mtc = MinimalTestCollection(build_pool(_load_runs(args.runs), args.k), levels)
     outside_pool = 0
-    for qid, docs in judgments.items():
-        for doc, gain in docs.items():
-            outside_pool += not mtc.record(qid, doc, float(gain))
+    try:
+        for qid, docs in judgments.items():
+            for doc, gain in docs.items():
+                outside_pool += not mtc.record(qid, doc, float(gain))
+    except ValueError as exc:  # a judgment outside the declared levels
+        print(f"error: {args.judgments}: {exc}", file=sys.stderr)
+        return 2
     pool = mtc.pool
     proposals = [{"qid": pool.pairs[i][0], "doc": pool.pairs[i][1], "weight": int(mtc.weights[i])} for i in mtc.next_pairs(args.next)]
     output = {

@@ -12,7 +12,7 @@ Conventions shared by every function here:
 
 Metric names accepted by :func:`evaluate` (``k``/``K`` is a positive integer):
 ``map``, ``map@K``, ``MP@1``, ``mrr``, ``P@K``, ``P@N``, ``mean_P@1..N``, ``recall@K``, ``R@K``,
-``ndcg@K``, ``AG@K``, ``wP@K``, ``rank``.
+``ndcg@K``, ``AG@K``, ``wP@K``, ``mean_rank``, ``median_rank``.
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def metric_function(name: str) -> MetricFn:
         return precision_at_n
     if name == "mean_P@1..N":
         return mean_precision_to_n
-    if name == "rank":
+    if name in {"mean_rank", "median_rank"}:
         return first_relevant_rank
     base, _, cutoff = name.partition("@")
     if not cutoff.isdigit() or int(cutoff) < 1 or base not in {"map", "P", "recall", "R", "ndcg", "AG", "wP", "MP"}:
@@ -277,12 +277,15 @@ def evaluate(
 
 
 def aggregate(per_query: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """Mean over queries for each metric; ``rank`` is aggregated by its median (median rank)."""
+    """Mean over queries for each metric, except ``median_rank`` (median over queries).
+
+    ``mean_rank`` is infinite when any query retrieved nothing relevant.
+    """
     out = {}
     for name, values in per_query.items():
         if values.size == 0:
             out[name] = 0.0
-        elif name == "rank":
+        elif name == "median_rank":
             out[name] = float(np.median(values))
         else:
             out[name] = float(values.mean())

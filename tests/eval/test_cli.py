@@ -79,6 +79,7 @@ def test_judge_records_judgments_and_reaches_full_confidence(tmp_path, capsys):
     last = json.loads(capsys.readouterr().out)
     assert last["confidence"] == 1.0 and last["next"] == []
     assert _main([*argv[:-2], "--record", "q1", "d01", "7"]) == 2  # not a level
+    assert _main([*argv, "--levels", "0,1"]) == 2  # the qrels hold gains of 2
 
 
 def test_report_writes_html_and_markdown_with_plots(tmp_path, capsys):
@@ -139,3 +140,17 @@ def test_run_queries_the_api_and_writes_run_and_segments(tmp_path, monkeypatch, 
     # a wrong key is an error exit, not a crash or an empty run
     assert _main([*argv[:-4], "--api-key", "wrong", "--out", str(tmp_path / "x.txt")]) == 1
     assert "HTTP 401" in capsys.readouterr().err
+
+
+def test_recall_cli_entry_point_dispatches_eval_score():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    completed = subprocess.run(
+        [sys.executable, "-m", "app.cli", "eval", "score", RUNS[1], QRELS, "--format", "json", "--metrics", "map,P@5"],
+        cwd=root, capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    out = json.loads(completed.stdout)
+    assert set(out["aggregate"]) == {"map", "P@5"} and len(out["per_query"]) == 6

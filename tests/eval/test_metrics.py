@@ -91,13 +91,25 @@ def test_temporal_iou_and_segment_metrics():
 def test_evaluate_uses_qrels_queries_and_aggregates():
     rankings = {"q1": RANKING, "q_unjudged": ["d1"]}
     qrels = {"q1": QRELS, "q2": {"d9": 1}}  # q2 has no answer in the run -> scores 0
-    qids, per_query = m.evaluate(rankings, qrels, ["map", "P@5", "rank"])
+    qids, per_query = m.evaluate(rankings, qrels, ["map", "P@5", "median_rank", "mean_rank"])
     assert qids == ["q1", "q2"]
     np.testing.assert_allclose(per_query["map"], [5 / 9, 0.0])
     np.testing.assert_allclose(per_query["P@5"], [0.4, 0.0])
     summary = m.aggregate(per_query)
     assert summary["map"] == pytest.approx(5 / 18)
-    assert summary["rank"] == math.inf  # median of [1, inf]
+    assert summary["median_rank"] == math.inf  # median of [1, inf]
+    assert summary["mean_rank"] == math.inf
+
+
+def test_text_to_image_ranks_follow_open_clip():
+    # three captions, one target image each, found at ranks 1, 3 and 4
+    rankings = {"c1": ["i1", "i2"], "c2": ["i1", "i3", "i2"], "c3": ["i1", "i2", "i4", "i3"]}
+    qrels = {"c1": {"i1": 1}, "c2": {"i2": 1}, "c3": {"i3": 1}}
+    _, per_query = m.evaluate(rankings, qrels, ["R@1", "R@3", "mean_rank", "median_rank"])
+    summary = m.aggregate(per_query)
+    assert summary["R@1"] == pytest.approx(1 / 3) and summary["R@3"] == pytest.approx(2 / 3)
+    assert summary["mean_rank"] == pytest.approx((1 + 3 + 4) / 3)
+    assert summary["median_rank"] == 3.0
 
 
 @pytest.mark.parametrize("name", ["P@0", "P@x", "foo", "ndcg@", "bogus@3"])
