@@ -64,6 +64,8 @@ def add_parser(subparsers: Any) -> None:
     judge.add_argument("--k", type=int, default=5, help="depth of AG@k")
     judge.add_argument("--levels", default="0,1,2", help="relevance levels, e.g. 0,1 or 0,1,2")
     judge.add_argument("--next", type=int, default=10, help="how many pairs to propose")
+    judge.add_argument("--gain-model", choices=("uniform", "ordinal"), default="uniform",
+                       help="gains of unjudged pairs: uniform prior, or an ordinal model fitted on the judgments so far")
     judge.add_argument("--format", choices=("table", "json"), default="table")
     judge.set_defaults(func=cmd_judge)
 
@@ -231,6 +233,14 @@ def cmd_judge(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a judgment outside the declared levels
         print(f"error: {args.judgments}: {exc}", file=sys.stderr)
         return 2
+    if args.gain_model == "ordinal" and mtc.judged.any():
+        from app.eval.gain_models import OrdinalGainModel, output_features
+
+        # fitted on the judged pairs only: a biased sample (MTC judges disagreements first), so
+        # prefer it once a fair number of judgments exist
+        features = output_features(mtc.pool)
+        model = OrdinalGainModel(levels).fit(features[mtc.judged], mtc.gains[mtc.judged])
+        mtc.set_probabilities(model.predict_proba(features))
     pool = mtc.pool
     proposals = [{"qid": pool.pairs[i][0], "doc": pool.pairs[i][1], "weight": int(mtc.weights[i])} for i in mtc.next_pairs(args.next)]
     output = {

@@ -78,6 +78,11 @@ def test_judge_records_judgments_and_reaches_full_confidence(tmp_path, capsys):
     assert _main(argv) == 0
     last = json.loads(capsys.readouterr().out)
     assert last["confidence"] == 1.0 and last["next"] == []
+    ordinal = [*argv, "--gain-model", "ordinal"]
+    judgments.write_text("".join(f"q{i} 0 {d} {read_qrels(QRELS)[f'q{i}'].get(d, 0)}\n" for i in (1, 2) for d in ("d01", "d05", "d09")))
+    assert _main(ordinal) == 0
+    partial = json.loads(capsys.readouterr().out)
+    assert partial["judged"] >= 1 and 0.5 <= partial["confidence"] <= 1.0
     assert _main([*argv[:-2], "--record", "q1", "d01", "7"]) == 2  # not a level
     assert _main([*argv, "--levels", "0,1"]) == 2  # the qrels hold gains of 2
 
@@ -154,3 +159,18 @@ def test_recall_cli_entry_point_dispatches_eval_score():
     assert completed.returncode == 0, completed.stderr
     out = json.loads(completed.stdout)
     assert set(out["aggregate"]) == {"map", "P@5"} and len(out["per_query"]) == 6
+
+
+def test_manifest_rows_must_name_exactly_one_query(tmp_path):
+    from app.eval.runner import read_manifest
+
+    good = tmp_path / "ok.csv"
+    good.write_text("qid,path,text\nq1,sub/a.wav,\nq2,,hello\n")
+    queries = read_manifest(good)
+    assert [(q.qid, q.kind) for q in queries] == [("q1", "path"), ("q2", "text")]
+    assert queries[0].value == str((tmp_path / "sub" / "a.wav").resolve())
+    for content in ("qid,path,text\nq1,a.wav,hi\n", "qid,text\nq1,\n", "qid,text\nq1,a\nq1,b\n", "id,text\nq1,a\n"):
+        bad = tmp_path / "bad.csv"
+        bad.write_text(content)
+        with pytest.raises(ValueError):
+            read_manifest(bad)

@@ -123,3 +123,15 @@ def test_every_default_cli_metric_is_known():
 
     for name in DEFAULT_METRICS:
         assert m.metric_function(name)(RANKING, QRELS) >= 0
+
+
+def test_report_curves_by_hand():
+    from app.eval.report import interpolated_precision_recall, mp_at_k_curve, per_class_precision
+
+    rankings = {"q": ["r1", "n1", "r2"]}
+    qrels = {"q": {"r1": 1, "r2": 1}}
+    # precision 1, 1/2, 2/3 at recall 1/2, 1/2, 1: interpolated precision is 1 up to recall 0.5,
+    # then the best precision reaching recall >= 0.6 is 2/3
+    np.testing.assert_allclose(interpolated_precision_recall(rankings, qrels), [1.0] * 6 + [2 / 3] * 5)
+    np.testing.assert_allclose(mp_at_k_curve(rankings, qrels, 4), [1.0, 0.5, 2 / 3, 0.5])
+    assert per_class_precision(rankings, qrels, {"q": "dog"}, 2) == {"dog": 0.5}
