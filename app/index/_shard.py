@@ -57,11 +57,11 @@ class Shard:
             ``(moved_ids, new_rows)``: ids whose row number changed and where they are now.
         """
         new_size = self.size - len(rows)
-        removed = np.zeros(self.size, dtype=bool)
-        removed[rows] = True
+        rows = np.sort(rows)
         # Holes below the new end must be filled; survivors at or past it are the fillers.
-        holes = np.flatnonzero(removed[:new_size])
-        fillers = new_size + np.flatnonzero(~removed[new_size:])
+        # Both are found from the removed rows alone, so removal is O(removed), not O(size).
+        holes = rows[rows < new_size]
+        fillers = np.setdiff1d(np.arange(new_size, self.size), rows[rows >= new_size], assume_unique=True)
         if len(holes) != len(fillers):  # pragma: no cover - arithmetic invariant
             raise AssertionError("shard compaction miscounted rows")
         self._data[holes] = self._data[fillers]

@@ -137,7 +137,7 @@ class ShardedIndex:
         if len(unique) != len(ids):
             raise DuplicateIdError(f"ids repeat within one add: {unique[counts > 1][:5].tolist()}")
         with self._lock.write():
-            found, _ = self._map.find(ids)
+            found, _ = self._map.lookup(ids)
             if found.any():
                 raise DuplicateIdError(f"ids already in the index (remove them first): {ids[found][:5].tolist()}")
             counts_per_shard = _split_evenly([s.size for s in self._shards], len(ids))
@@ -159,10 +159,8 @@ class ShardedIndex:
         if len(ids) == 0:
             return 0
         with self._lock.write():
-            found, positions = self._map.find(ids)
-            positions = positions[found]
-            shard_numbers, rows = _idmap.decode(self._map.locations[positions])
-            self._map.delete(positions)
+            found, locations = self._map.discard(ids)
+            shard_numbers, rows = _idmap.decode(locations)
             for number in np.unique(shard_numbers):
                 moved_ids, new_rows = self._shards[number].remove_rows(rows[shard_numbers == number])
                 self._map.relocate(moved_ids, _idmap.encode(number, new_rows))
@@ -227,10 +225,10 @@ class ShardedIndex:
         """
         ids = as_ids(ids)
         with self._lock.read():
-            found, positions = self._map.find(ids)
+            found, locations = self._map.lookup(ids)
             if not found.all():
                 raise KeyError(f"ids not in the index: {ids[~found][:5].tolist()}")
-            shard_numbers, rows = _idmap.decode(self._map.locations[positions])
+            shard_numbers, rows = _idmap.decode(locations)
             out = np.empty((len(ids), self._shards[0].width), dtype=self._shards[0].dtype)
             for number in np.unique(shard_numbers):
                 mask = shard_numbers == number
@@ -240,11 +238,11 @@ class ShardedIndex:
     def ids(self) -> np.ndarray:
         """All ids in the index, sorted ascending (a copy)."""
         with self._lock.read():
-            return self._map.keys.copy()
+            return self._map.ids()
 
     def __contains__(self, item: int) -> bool:
         with self._lock.read():
-            return bool(self._map.find(np.array([item], dtype=np.int64))[0][0])
+            return bool(self._map.lookup(np.array([item], dtype=np.int64))[0][0])
 
     def __len__(self) -> int:
         return len(self._map)

@@ -55,3 +55,26 @@ def test_mass_delete_shrinks_memory(rng: np.random.Generator) -> None:
     index.remove(np.arange(99_000))
     assert index.memory_bytes() < full / 4
     assert index.ids().tolist() == list(range(99_000, 100_000))
+
+
+def test_many_small_deletes_and_readds_across_compactions(rng: np.random.Generator) -> None:
+    # Small deletes only mark ids dead until an eighth of the map is dead, then compact; ids
+    # re-added while dead are revived in place. Both paths must keep ids and rows aligned.
+    codes = random_codes(rng, 6000, 64)
+    index = BinaryIndex(64, shards=2)
+    index.add(np.arange(6000), codes)
+    alive = np.ones(6000, dtype=bool)
+    for step in range(300):
+        gone = rng.choice(np.flatnonzero(alive), 10, replace=False)
+        assert index.remove(gone) == 10
+        alive[gone] = False
+        if step % 3 == 0:  # upsert-style: some of the dead come back (with their own codes)
+            back = rng.choice(np.flatnonzero(~alive), 5, replace=False)
+            index.add(back, codes[back])
+            alive[back] = True
+    live = np.flatnonzero(alive)
+    np.testing.assert_array_equal(index.ids(), live)
+    np.testing.assert_array_equal(index.reconstruct(live), codes[live])
+    assert len(index) == len(live)
+    d, labels = index.search(codes[live[:20]], 1)
+    assert (d[:, 0] == 0).all() and (labels[:, 0] == live[:20]).all()
