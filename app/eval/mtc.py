@@ -6,8 +6,9 @@ Gains of unjudged query-document pairs are random variables (see ``gain_models``
   over a query set, eq. 5 averages: E = (1/(k|Q|)) sum_i E[G_i] d_i and
   Var = (1/(k|Q|))^2 sum_i Var[G_i] d_i^2 with d_i = I(A_i <= k) - I(B_i <= k);
 * the confidence in the sign of the difference is C_AB = max(P(D <= 0), 1 - P(D <= 0)) with
-  P(D <= 0) = Phi(-E / sqrt(Var)) (eq. 6-7; when Var = 0 the difference is known exactly and
-  C_AB = 1, even for a tie);
+  P(D <= 0) = Phi(-E / sqrt(Var)) (eq. 6-7; the paper prints Phi(E / sqrt(Var)), which is
+  P(D >= 0), but C_AB takes the max of both tails so the confidence is the same; when Var = 0
+  the difference is known exactly and C_AB = 1, even for a tie);
 * Algorithm 1 judges the unjudged pair with the largest weight w_i (eq. 8), the number of
   system pairs whose difference it enters. With S systems of which c_i retrieved pair i,
   w_i = c_i (S - c_i); ties are broken by larger Var[G_i], then by a seeded random order.
