@@ -130,14 +130,17 @@ def generated_recordings(seed: int = 11, count: int = 3, seconds: float = 12.0) 
             sound = kinds[kind](float(rng.uniform(0.95, 1.05)))
             for _ in range(20):  # place without overlapping an earlier sound
                 start = float(rng.uniform(0.3, seconds - len(sound) / RATE - 0.3))
-                if all(abs(start - s) > 2.0 for _, s in placed):
+                if all(abs(start - s) > 2.0 for _, s, _ in placed):
                     break
             i = int(start * RATE)
             wave[i : i + len(sound)] += sound
-            placed.append((kind, round(start, 2)))
+            placed.append((kind, round(start, 2), round(start + len(sound) / RATE, 2)))
         placed.sort(key=lambda p: p[1])
-        contains = ", ".join(f"{kind} at {start:.1f}s" for kind, start in placed)
-        files.append(DemoFile(f"recording-{n + 1}.wav", wav_bytes(wave), {"kind": "recording", "source": "generated", "label": contains}))
+        contains = ", ".join(f"{kind} at {start:.1f}s" for kind, start, _ in placed)
+        # the true spans, for checking that search finds every occurrence
+        occurrences = [{"kind": kind, "start": start, "end": end} for kind, start, end in placed]
+        metadata = {"kind": "recording", "source": "generated", "label": contains, "occurrences": occurrences}
+        files.append(DemoFile(f"recording-{n + 1}.wav", wav_bytes(wave), metadata))
     return files
 
 
@@ -173,12 +176,14 @@ def generated_speech(seed: int = 3) -> list[DemoFile]:
                 wave = _espeak(binary, "en", text, Path(tmp), f"sentence-{len(parts)}")
                 pause = np.zeros(int(float(rng.uniform(0.4, 0.8)) * RATE), np.float32)
                 if text == "recall":
-                    placed.append(round(clock + len(pause) / RATE, 2))
+                    start = clock + len(pause) / RATE
+                    placed.append({"kind": "speech", "word": "recall", "start": round(start, 2), "end": round(start + len(wave) / RATE, 2)})
                 parts += [pause, wave]
                 clock += (len(pause) + len(wave)) / RATE
             sentence = np.concatenate(parts + [np.zeros(RATE // 2, np.float32)])
-            label = "speech; 'recall' at " + ", ".join(f"{t:.1f}s" for t in placed)
-            files.append(DemoFile("sentence-recall-twice.wav", wav_bytes(sentence), {"kind": "recording", "source": "espeak-ng", "label": label}))
+            label = "speech; 'recall' at " + ", ".join(f"{p['start']:.1f}s" for p in placed)
+            metadata = {"kind": "recording", "source": "espeak-ng", "label": label, "occurrences": placed}
+            files.append(DemoFile("sentence-recall-twice.wav", wav_bytes(sentence), metadata))
     except (subprocess.SubprocessError, OSError, RuntimeError) as exc:
         log.warning("espeak-ng failed (%s): the demo has no speech", exc)
         return []
