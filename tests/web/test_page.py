@@ -6,11 +6,14 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soundfile as sf
 from playwright.sync_api import Page, expect
 
 from app.demo_data import RATE, sound_kinds
 from tests.web.conftest import choose_collection, enter_key
+
+pytestmark = pytest.mark.browser
 
 
 def _siren_file(tmp_path: Path) -> Path:

@@ -12,6 +12,7 @@ const GRADES = [
 ];
 
 let comparison = null; // {collection, systems, k} of the comparison on screen
+let currentQid = null; // the query whose results are on screen
 const pending = new Map(); // qid -> Promise of that query's saved judgments
 
 function savedJudgments(collection, qid) {
@@ -63,6 +64,7 @@ export async function recordComparison(collection, query, systems, responses, k)
     runs[system] = responses[n].results.map((result) => ({ id: result.id, score: result.score }));
   });
   comparison = { collection, systems, k };
+  currentQid = query.qid;
   try {
     await request("POST", path.collection(collection) + "/judgments/runs", {
       json: { qid: query.qid, query: query.description, runs },
@@ -106,5 +108,14 @@ async function showConfidence() {
       ` that ${leader} is better at AG@${k} (estimated mean gain ${a} ${means[a].toFixed(3)}, ${b} ${means[b].toFixed(3)}).`),
     el("p", { className: "muted" },
       `${body.judged_in_pool} of ${body.pool_pairs} pooled results judged over ${body.queries} queries; ` +
-      (body.next.length ? `judging ${body.next.slice(0, 3).map((p) => p.doc).join(", ")} next would help most.` : "every informative result is judged.")));
+      nextAdvice(body.next)));
+}
+
+function nextAdvice(next) {
+  if (!next.length) return "every result that separates the two is judged.";
+  const named = next.slice(0, 3).map((pair) => {
+    const query = decodeURIComponent(pair.qid.replace(/^[a-z]+:/, ""));
+    return pair.qid === currentQid ? pair.doc : `${pair.doc} (for ${query})`;
+  });
+  return `judging ${named.join(", ")} next would help most.`;
 }

@@ -7,6 +7,11 @@ export async function startRecording(onRecorded) {
   const recordButton = document.getElementById("record");
   const stopButton = document.getElementById("stop");
   const status = document.getElementById("record-status");
+  if (!navigator.mediaDevices || typeof MediaRecorder === "undefined") {
+    // getUserMedia exists only on https:// or localhost pages
+    status.textContent = "This browser cannot record here (recording needs https or localhost). Drop a file instead.";
+    return;
+  }
   let stream;
   try {
     stream = await navigator.mediaDevices.getUserMedia({ audio: true });

@@ -24,25 +24,29 @@ function options() {
   const modes = compare
     ? [document.getElementById("system-a").value, document.getElementById("system-b").value]
     : [document.getElementById("mode").value];
-  return { k, modes };
+  // long recordings can hold a sound many times: ask for more than the service's default of 3
+  const segments = Math.max(1, Math.min(20, parseInt(document.getElementById("segments-per-item").value, 10) || 5));
+  return { k, modes, segments };
 }
 
-function searchOnce(collection, query, k, mode) {
+function searchOnce(collection, query, { k, segments }, mode) {
   const url = path.collection(collection) + "/search";
   if (query.file) {
     const form = new FormData();
     form.append("file", query.file, query.file.name || "query");
     form.append("k", String(k));
     form.append("mode", mode);
+    form.append("segments_per_item", String(segments));
     return request("POST", url, { form });
   }
-  return request("POST", url, { json: { ...query.json, k, mode } });
+  return request("POST", url, { json: { ...query.json, k, mode, segments_per_item: segments } });
 }
 
 export async function runQuery(query) {
   const collection = state.collection;
   if (!collection) return;
-  const { k, modes } = options();
+  const settings = options();
+  const { k, modes } = settings;
   if (modes.length === 2 && modes[0] === modes[1]) {
     showError("Pick two different configurations to compare.");
     return;
@@ -53,7 +57,7 @@ export async function runQuery(query) {
   document.getElementById("results").replaceChildren();
   let responses;
   try {
-    responses = await Promise.all(modes.map((mode) => searchOnce(collection.name, query, k, mode)));
+    responses = await Promise.all(modes.map((mode) => searchOnce(collection.name, query, settings, mode)));
   } catch (exc) {
     summary.textContent = `The search failed: ${exc.message}`;
     showError(exc.message, exc.status);
