@@ -171,21 +171,24 @@ def bench_binary_vs_float(n: int, repeats: int, rng: np.random.Generator) -> dic
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
+    """Run the benchmark, write the JSON file and return its contents."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
     parser.add_argument("--rows", type=int, help="rows of the large binary index (default 5e6, quick 1e6)")
     parser.add_argument("--compare-rows", type=int, help="rows for binary vs float (default 1e6, quick 2e5)")
     parser.add_argument("--repeats", type=int, default=40, help="timed single queries per variant")
+    parser.add_argument("--bandwidth-mb", type=int, help="array streamed for bandwidth (default 2048, quick 512)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "index.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rows = args.rows or (1_000_000 if args.quick else 5_000_000)
     compare_rows = args.compare_rows or (200_000 if args.quick else 1_000_000)
     rng = np.random.default_rng(0)
 
     load_before = os.getloadavg()
     started = time.time()
-    bandwidth = {f"{t}_threads": read_bandwidth(nbytes=(512 << 20) if args.quick else (2 << 30), threads=t) for t in (1, 2)}
+    bandwidth_bytes = (args.bandwidth_mb or (512 if args.quick else 2048)) << 20
+    bandwidth = {f"{t}_threads": read_bandwidth(nbytes=bandwidth_bytes, threads=t) for t in (1, 2)}
     gc.collect()
     bw2 = bandwidth["2_threads"]["median_gb_s"]
     large = bench_binary_large(rows, bw2, args.repeats, rng)
@@ -221,6 +224,7 @@ def main() -> None:
         "float_over_binary": round(compare["float_over_binary_one_query"], 1),
     }
     print(json.dumps(summary))
+    return result
 
 
 if __name__ == "__main__":

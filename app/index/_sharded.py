@@ -52,11 +52,10 @@ def scan_pool(workers: int) -> ThreadPoolExecutor:
     global _pool, _pool_size
     with _pool_lock:
         if _pool is None or _pool_size < workers:
-            old = _pool
+            # The old pool is left running, not shut down: a search that already holds it
+            # must still be able to submit. Growth happens at most a few times per process.
             _pool = ThreadPoolExecutor(workers, thread_name_prefix="index-scan", initializer=_single_threaded_faiss)
             _pool_size = workers
-            if old is not None:
-                old.shutdown(wait=False)
         return _pool
 
 
