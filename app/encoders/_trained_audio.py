@@ -1,0 +1,113 @@
+"""What the two trained audio families share: config checks, loading, and ``encode``.
+
+A checkpoint config holds everything needed to rebuild the encoder: the feature frontend
+(``features``), the network arguments (``arch``), the window the network was trained on
+(``window_s``; ``hop_s`` is the default hop over long recordings) and ``bits``. The same
+:func:`build_features` and network classes run in training, so service and trainer cannot drift.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from app.encoders.audio_nets import fit_to_window
+from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
+from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
+from app.features.spectrogram import build_features
+
+REQUIRED_KEYS = ("family", "modality", "name", "sample_rate", "window_s", "hop_s", "features", "arch", "bits")
+ENCODE_CHUNK = 64  # windows per forward pass: bounds memory for a long recording's many windows
+
+
+def build_parts(config: dict[str, Any], family: str, build_net: Callable[[dict[str, Any]], torch.nn.Module]) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """Feature frontend and untrained network for a config, with every mismatch refused.
+
+    Raises:
+        CheckpointError: a missing key, another family, a non-audio modality, arguments the code
+            does not take, or a network whose input does not fit the frontend's output.
+    """
+    where = config.get("name", "<unnamed>")
+    missing = [key for key in REQUIRED_KEYS if key not in config]
+    if missing:
+        raise CheckpointError(f"{where}: config lacks {missing}; was it written by another version of the code?")
+    if config["family"] != family:
+        raise CheckpointError(f"{where}: family {config['family']!r}, this loader reads {family!r}")
+    if config["modality"] != "audio":
+        raise CheckpointError(f"{where}: modality {config['modality']!r}, expected 'audio'")
+    bits = int(config["bits"])
+    if bits < 8 or bits % 8:
+        raise CheckpointError(f"{where}: bits must be a positive multiple of 8, got {bits}")
+    try:
+        features = build_features(config["features"])
+        net = build_net(config["arch"])
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{where}: config does not fit the code: {exc}") from exc
+    if getattr(features, "sample_rate", None) != config["sample_rate"]:
+        raise CheckpointError(f"{where}: features run at {getattr(features, 'sample_rate', None)} Hz, config says {config['sample_rate']}")
+    window = int(round(config["window_s"] * config["sample_rate"]))
+    with torch.no_grad():
+        shape = features(torch.zeros(1, window)).shape
+    n_in = shape[1] * shape[2] if family == "siamese-mlp" else shape[2]
+    if n_in != net.n_in:
+        raise CheckpointError(f"{where}: a {config['window_s']} s window gives {n_in} inputs, the network takes {net.n_in}")
+    if net.dim != bits:  # one bit per output unit in both families
+        raise CheckpointError(f"{where}: network gives {net.dim} outputs, config says {bits} bits")
+    return features, net
+
+
+class TrainedAudioEncoder(Encoder):
+    """A trained network behind the Encoder interface: windows in, floats and codes out."""
+
+    modality = "audio"
+
+    def __init__(self, config: dict[str, Any], features: torch.nn.Module, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.config = config
+        self.name = config["name"]
+        self.sample_rate = int(config["sample_rate"])
+        self.default_window_s = float(config["window_s"])
+        self.default_hop_s = float(config["hop_s"])
+        self.bits = int(config["bits"])
+        self.dim = int(net.dim)
+        self.description = config.get("description", "")
+        self.window = int(round(self.default_window_s * self.sample_rate))
+        self.features = features.eval()
+        self.net = net.eval()
+
+    def to(self, device: str) -> "TrainedAudioEncoder":
+        self.features.to(device)
+        self.net.to(device)
+        self.device = device
+        return self
+
+    def embed_tensor(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, window) waveforms -> (float embedding, code values) tensors; no grad, eval mode."""
+        with torch.inference_mode():
+            return self.net.embed(self.features(waves.to(self.device)))
+
+    def encode(self, inputs: Sequence[np.ndarray]) -> Embeddings:
+        floats, values = [], []
+        for start in range(0, len(inputs), ENCODE_CHUNK):
+            chunk = inputs[start : start + ENCODE_CHUNK]
+            waves = torch.stack([fit_to_window(torch.as_tensor(np.asarray(w, dtype=np.float32)), self.window) for w in chunk])
+            emb, code_values = self.embed_tensor(waves)
+            floats.append(emb.float().cpu().numpy())
+            values.append(code_values.float().cpu().numpy())
+        if not floats:
+            return Embeddings(np.zeros((0, self.dim), np.float32), np.zeros((0, self.bits // 8), np.uint8))
+        return Embeddings(floats=l2_normalise(np.concatenate(floats)), codes=sign_codes(np.concatenate(values)))
+
+
+def load_trained(
+    directory: Path, config: dict[str, Any], family: str, build_net: Callable[[dict[str, Any]], torch.nn.Module]
+) -> TrainedAudioEncoder:
+    """Rebuild a trained encoder from its checkpoint directory, refusing any mismatch."""
+    state, stored = load_checkpoint(directory)
+    config = {**stored, **config} if config else stored
+    features, net = build_parts(config, family, build_net)
+    load_state_strict(net, state, str(directory))
+    return TrainedAudioEncoder(config, features, net)

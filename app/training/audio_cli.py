@@ -1,0 +1,90 @@
+"""`recall train audio`: train a siamese-mlp or attn-hash encoder from a manifest.
+
+Example (the default speech checkpoint, see reports/audio/README.md)::
+
+    recall train audio --manifest ../shared/data/asc/asc.csv --model attn-hash --bits 256 \\
+        --out app/assets/models/speech-attn-hash --split-by speaker --holdout 00000001,...
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+
+def _csv_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def add_parser(kinds: argparse._SubParsersAction) -> None:
+    p = kinds.add_parser("audio", help="train an audio encoder (siamese-mlp of paper 000, attn-hash of paper 004)")
+    p.add_argument("--manifest", required=True, help="CSV path,label[,speaker][,start,end] or a folder per label")
+    p.add_argument("--model", required=True, choices=["siamese-mlp", "attn-hash"])
+    p.add_argument("--bits", type=int, default=256, help="code bits (attn-hash hash layer; siamese output width)")
+    p.add_argument("--out", required=True, help="checkpoint directory to write")
+    p.add_argument("--name", help="encoder name in the registry (default: the out folder's name)")
+    p.add_argument("--split-by", choices=["speaker", "label"], default="speaker")
+    p.add_argument("--holdout", type=_csv_list, default=[], help="comma-separated speakers/labels never trained on")
+    p.add_argument("--val-groups", type=int, default=2, help="speakers/labels drawn for per-epoch validation")
+    p.add_argument("--sample-rate", type=int, default=16000)
+    p.add_argument("--window", type=float, default=1.0, help="analysis window in seconds")
+    p.add_argument("--hop", type=float, default=0.25, help="default hop over long recordings in seconds")
+    p.add_argument("--hidden", type=int, default=128, help="attn-hash BLSTM units per direction")
+    p.add_argument("--heads", type=int, default=5)
+    p.add_argument("--d-a", type=int, default=64)
+    p.add_argument("--dropout", type=float)
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--steps", type=int, default=100, help="batches per epoch")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--patience", type=int, default=6, help="epochs without better validation MAP before stopping")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--alpha", type=float, default=0.01, help="penalisation weight (paper 004)")
+    p.add_argument("--beta", type=float, default=1.0, help="triplet weight (paper 004)")
+    p.add_argument("--gamma", type=float, default=0.01, help="quantisation weight (paper 004)")
+    p.add_argument("--quant-warmup", type=int, default=5, help="epochs over which gamma ramps up from 0")
+    p.add_argument("--margin", type=float, default=0.5, help="triplet theta (cosine) or contrastive margin")
+    p.add_argument("--pairs", choices=["balanced", "unbalanced"], default="balanced", help="siamese pair sampling")
+    p.add_argument("--mining", choices=["random", "semihard", "hard"], default="random",
+                   help="attn-hash negatives: random (paper 004) or mined in the batch")
+    p.add_argument("--no-augment", dest="augment", action="store_false")
+    p.add_argument("--cache-dir", default="/tmp/recall-audio-cache", help="decoded-audio cache ('' disables)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--description", default="")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from app.training.audio_train import TrainConfig, Trainer
+
+    cfg = TrainConfig(
+        manifest=args.manifest, model=args.model, bits=args.bits, out=args.out, name=args.name or Path(args.out).name,
+        split_by=args.split_by, holdout=args.holdout, val_groups=args.val_groups, sample_rate=args.sample_rate,
+        window_s=args.window, hop_s=args.hop, hidden=args.hidden, heads=args.heads, d_a=args.d_a, dropout=args.dropout,
+        epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
+        seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
+        mining=args.mining, augment=args.augment, cache_dir=args.cache_dir or None, threads=args.threads,
+        device=args.device, description=args.description,
+        command="recall " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+    )
+    metrics = Trainer(cfg).run(resume=args.resume)
+    print(f"best epoch {metrics['best_epoch']}: val MAP {metrics['val_map']:.4f} "
+          f"(Hamming {metrics['val_map_hamming']:.4f}) -> {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m app.training.audio_cli ...`: the same command without the `recall` entry point."""
+    parser = argparse.ArgumentParser(prog="python -m app.training.audio_cli")
+    add_parser(parser.add_subparsers(dest="what", required=True))
+    args = parser.parse_args(["audio", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
