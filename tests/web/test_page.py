@@ -11,7 +11,7 @@ import soundfile as sf
 from playwright.sync_api import Page, expect
 
 from app.demo_data import RATE, sound_kinds
-from tests.web.conftest import choose_collection, enter_key
+from tests.web.conftest import ARTIFACTS, choose_collection, enter_key
 
 pytestmark = pytest.mark.browser
 
@@ -77,7 +77,8 @@ def test_images_show_thumbnails_and_a_click_searches_by_that_image(page: Page) -
     if text_box.is_enabled():  # an image-text encoder is installed: search by a sentence
         text_box.fill("two red circles on the left")
         page.get_by_role("button", name="Search", exact=True).click()
-        expect(page.locator("#query-summary")).to_contain_text('text "two red circles on the left"')
+        # generous: the first sentence loads the text model (MiniLM) in the service
+        expect(page.locator("#query-summary")).to_contain_text('results for text "two red circles on the left"', timeout=60_000)
         expect(page.locator("#results .result .scores").first).to_contain_text(re.compile(r"stage 1 .* re-rank"))
     else:  # the training-free encoder: the page says why and offers search by example
         expect(page.locator("#text-note")).to_contain_text("searches by example only")
@@ -85,6 +86,8 @@ def test_images_show_thumbnails_and_a_click_searches_by_that_image(page: Page) -
     thumbs = page.locator("#results .result img.thumb")
     expect(thumbs.first).to_have_attribute("src", re.compile(r"^blob:"))
     page.wait_for_function("() => [...document.querySelectorAll('#results img.thumb')].every(i => i.complete && i.naturalWidth > 0)")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "image-results.png"), full_page=True)
     chosen = page.locator("#results .result").nth(1)
     chosen_id = chosen.locator(".result-id").inner_text()
     chosen.get_by_role("button", name=f"Search with image {chosen_id}").click()
@@ -130,6 +133,8 @@ def test_judging_a_comparison_saves_qrels_and_shows_confidence(page: Page, servi
     relevant.click()
     expect(relevant).to_have_attribute("aria-pressed", "true")
     expect(panel).to_contain_text("1 of")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "judging-confidence.png"), full_page=True)
     qrels = (data_dir / "judgments" / "demo-sounds.qrels").read_text().split()
     assert qrels[-4:] == ["item:chirp-up-1", "0", doc, "2"]
     assert (data_dir / "judgments" / "demo-sounds" / "binary.run").is_file()
