@@ -1,7 +1,9 @@
 """Memory read bandwidth of this machine, measured the way the index scans memory.
 
 A scan over an index bigger than the caches is bound by how fast the cores can stream memory,
-so benchmark targets are stated relative to this number, measured in the same run.
+so benchmark targets are stated relative to this number, measured in the same run. On a
+shared machine the available bandwidth drifts with other jobs, so :class:`BandwidthProbe`
+can also be sampled in between the timings it is compared with.
 """
 
 from __future__ import annotations
@@ -13,43 +15,67 @@ import numpy as np
 
 # Per-call slice: large enough that numpy's per-call overhead is negligible, small enough
 # that both threads interleave finely.
-_SLICE_BYTES = 32 << 20
+_SLICE_WORDS = (32 << 20) // 8
 
 
 def _stream(words: np.ndarray) -> int:
     # An integer sum is a single SIMD pass with no temporaries: it reads at memory speed.
     total = 0
-    for start in range(0, len(words), _SLICE_BYTES // 8):
-        total += int(np.add.reduce(words[start : start + _SLICE_BYTES // 8]))
+    for start in range(0, len(words), _SLICE_WORDS):
+        total += int(np.add.reduce(words[start : start + _SLICE_WORDS]))
     return total
 
 
-def read_bandwidth(nbytes: int = 2 << 30, threads: int = 2, repeats: int = 5) -> dict[str, float]:
-    """Stream-read a ``nbytes`` array split across ``threads`` threads (numpy releases the GIL).
+class BandwidthProbe:
+    """A large array streamed by ``threads`` threads (numpy releases the GIL).
 
     Args:
-        nbytes: size of the array; must be far larger than the last-level cache.
-        threads: reading threads, each over its own contiguous half/part.
-        repeats: timed passes (after one warm-up that also faults the pages in).
+        nbytes: array size; must be far larger than the last-level cache.
+        threads: reading threads, each over its own contiguous part.
+    """
+
+    def __init__(self, nbytes: int = 2 << 30, threads: int = 2) -> None:
+        self.threads = threads
+        self._words = np.ones(nbytes // 8, dtype=np.uint64)  # ones: pages really allocated
+        self._parts = np.array_split(self._words, threads)
+        self._pool = ThreadPoolExecutor(threads)
+        self.sample()  # the first pass pays for page faults
+
+    @property
+    def nbytes(self) -> int:
+        return self._words.nbytes
+
+    def sample(self) -> float:
+        """One timed pass over the whole array; returns GB/s (1e9 bytes)."""
+        start = time.perf_counter()
+        list(self._pool.map(_stream, self._parts))
+        return self._words.nbytes / (time.perf_counter() - start) / 1e9
+
+    def close(self) -> None:
+        """Free the array and the threads."""
+        self._pool.shutdown()
+        del self._words, self._parts
+
+
+def read_bandwidth(nbytes: int = 2 << 30, threads: int = 2, repeats: int = 5) -> dict[str, float]:
+    """Streaming-read bandwidth.
+
+    Args:
+        nbytes: size of the array streamed.
+        threads: reading threads.
+        repeats: timed passes after one warm-up pass.
 
     Returns:
-        ``{"bytes", "threads", "best_gb_s", "median_gb_s"}`` (GB = 1e9 bytes). The array is
-        freed before returning.
+        ``{"bytes", "threads", "best_gb_s", "median_gb_s"}``. The array is freed before
+        returning.
     """
-    words = np.ones(nbytes // 8, dtype=np.uint64)
-    parts = np.array_split(words, threads)
-    rates = []
-    with ThreadPoolExecutor(threads) as pool:
-        for attempt in range(repeats + 1):
-            start = time.perf_counter()
-            list(pool.map(_stream, parts))
-            elapsed = time.perf_counter() - start
-            if attempt:  # the first pass pays for page faults
-                rates.append(words.nbytes / elapsed / 1e9)
-    size = words.nbytes
-    del words, parts
+    probe = BandwidthProbe(nbytes, threads)
+    try:
+        rates = [probe.sample() for _ in range(repeats)]
+    finally:
+        probe.close()
     return {
-        "bytes": float(size),
+        "bytes": float(nbytes),
         "threads": float(threads),
         "best_gb_s": max(rates),
         "median_gb_s": float(np.median(rates)),
