@@ -101,11 +101,12 @@ async function showConfidence() {
   }
   const [a, b] = systems;
   const means = body.system_means;
-  const leader = means[a] >= means[b] ? a : b;
+  const tied = Math.abs(means[a] - means[b]) < 1e-9;
+  const claim = tied ? ` in the order of ${a} and ${b}: they look tied at AG@${k} so far` : ` that ${means[a] > means[b] ? a : b} is better at AG@${k}`;
   panel.replaceChildren(
     el("p", {},
       el("strong", { className: "confidence-value" }, `Confidence ${(100 * body.confidence).toFixed(0)}%`),
-      ` that ${leader} is better at AG@${k} (estimated mean gain ${a} ${means[a].toFixed(3)}, ${b} ${means[b].toFixed(3)}).`),
+      `${claim} (estimated mean gain ${a} ${means[a].toFixed(3)}, ${b} ${means[b].toFixed(3)}).`),
     el("p", { className: "muted" },
       `${body.judged_in_pool} of ${body.pool_pairs} pooled results judged over ${body.queries} queries; ` +
       nextAdvice(body.next)));

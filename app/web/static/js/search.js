@@ -76,7 +76,7 @@ function pooled(modes, responses) {
   const byId = new Map();
   responses.forEach((response, n) => {
     for (const result of response.results) {
-      if (!byId.has(result.id)) byId.set(result.id, { result, ranks: {} });
+      if (!byId.has(result.id)) byId.set(result.id, { result, ranks: {}, source: modes[n] });
       byId.get(result.id).ranks[modes[n]] = result.rank;
     }
   });
@@ -90,7 +90,7 @@ function renderResults(collection, query, modes, responses) {
     list.replaceChildren(el("li", { className: "muted" }, "Nothing matched."));
     return;
   }
-  list.replaceChildren(...rows.map(({ result, ranks }) => resultCard(collection, query, result, ranks, modes)));
+  list.replaceChildren(...rows.map(({ result, ranks, source }) => resultCard(collection, query, result, ranks, modes, source)));
 }
 
 function label(metadata) {
@@ -101,7 +101,7 @@ function fmt(value) {
   return Number.isInteger(value) ? String(value) : value.toFixed(3);
 }
 
-function resultCard(collection, query, result, ranks, modes) {
+function resultCard(collection, query, result, ranks, modes, source) {
   const rankText = ranks ? modes.map((m) => `${m} ${ranks[m] ? "#" + ranks[m] : "—"}`).join(" · ") : `#${result.rank}`;
   const scores = [`distance ${fmt(result.distance)}`, `score ${fmt(result.score)}`];
   if (result.stage1_score !== undefined) scores.push(`stage 1 ${fmt(result.stage1_score)}`);
@@ -111,7 +111,8 @@ function resultCard(collection, query, result, ranks, modes) {
       el("span", { className: "rank" }, rankText),
       el("strong", { className: "result-id" }, result.id),
       el("span", { className: "muted" }, label(result.metadata))),
-    el("p", { className: "scores" }, scores.join(" · ")));
+    // binary distances are Hamming bits, float ones cosine: say which configuration they are from
+    el("p", { className: "scores" }, (source ? `${source}: ` : "") + scores.join(" · ")));
   if (collection.modality === "audio") card.append(...audioParts(collection, result));
   else card.append(imagePart(collection, result));
   card.append(judgeControls(collection.name, query, result.id));
