@@ -15,7 +15,7 @@ from app import errors
 from app.client import AsyncRecallClient, RecallClient, raise_for_error
 from app.settings import Settings
 from tests.conftest import tone_wav
-from tests.web.server import live_server
+from tests.live_server import live_server
 
 KEY = "client-test-key"
 

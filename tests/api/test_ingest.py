@@ -97,3 +97,13 @@ def test_silence_is_indexed(client):
     _audio(client)
     response = client.post("/v1/collections/a/items", files=[("files", ("quiet.wav", wave_bytes(np.zeros(16000))))])
     assert response.status_code == 200, response.text
+
+
+def test_ids_with_slashes_and_spaces_work_everywhere(client):
+    _audio(client)
+    data = tone_wav(700)
+    client.post("/v1/collections/a/items", files=[("files", ("x.wav", data))], data={"ids": "sub dir/x.wav"})
+    assert client.get("/v1/collections/a/items/sub dir/x.wav").json()["id"] == "sub dir/x.wav"
+    assert client.get("/v1/collections/a/items/sub dir/x.wav/media").content == data
+    assert client.delete("/v1/collections/a/items/sub dir/x.wav").status_code == 204
+    assert client.get("/v1/collections/a").json()["items"] == 0

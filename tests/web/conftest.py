@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import BrowserContext, Page, Playwright, expect, sync_playwright
 
 from app.settings import Settings
-from tests.web.server import live_server
+from tests.live_server import live_server
 
 API_KEY = "browser-test-key"
 CHROMIUM = "/usr/bin/chromium"

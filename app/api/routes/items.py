@@ -53,19 +53,7 @@ def list_items(
     return {"data": data, "count": total, "limit": limit, "offset": offset}
 
 
-@router.get("/collections/{name}/items/{item_id}")
-def read_item(name: str, item_id: str, services: ServicesDep) -> dict:
-    services.state(name)
-    return _public(services.catalog.get_item(name, item_id))
-
-
-@router.delete("/collections/{name}/items/{item_id}", status_code=204)
-async def delete_item(name: str, item_id: str, services: ServicesDep) -> Response:
-    await services.delete_item(name, item_id)
-    return Response(status_code=204)
-
-
-@router.get("/collections/{name}/items/{item_id}/media")
+@router.get("/collections/{name}/items/{item_id:path}/media")
 def read_item_media(name: str, item_id: str, services: ServicesDep) -> FileResponse:
     """The stored original, when the collection keeps media."""
     services.state(name)
@@ -77,6 +65,19 @@ def read_item_media(name: str, item_id: str, services: ServicesDep) -> FileRespo
         raise NotFound(f"the media file of item {item_id!r} is missing from the data directory")
     media_type = _MEDIA_TYPES.get(item["media_type"] or "", "application/octet-stream")
     return FileResponse(path, media_type=media_type, filename=item["filename"] or item_id)
+
+
+# ids may contain "/" (folder ingest uses relative paths), hence the path converter
+@router.get("/collections/{name}/items/{item_id:path}")
+def read_item(name: str, item_id: str, services: ServicesDep) -> dict:
+    services.state(name)
+    return _public(services.catalog.get_item(name, item_id))
+
+
+@router.delete("/collections/{name}/items/{item_id:path}", status_code=204)
+async def delete_item(name: str, item_id: str, services: ServicesDep) -> Response:
+    await services.delete_item(name, item_id)
+    return Response(status_code=204)
 
 
 @router.get("/jobs/{job_id}")
