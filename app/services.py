@@ -77,7 +77,10 @@ class Services:
         problems = []
         for name in sorted(wanted):
             try:
-                await self.encoders.load(name)
+                encoder = await self.encoders.load(name)
+                if encoder.supports_text:
+                    # the sentence encoder loads lazily; pay for it here, not in the first user's query
+                    await self.encoders.encode_text(name, ["warm up"])
             except Exception as exc:  # noqa: BLE001 - readiness reports it instead of crashing
                 log.exception("encoder %s failed to load", name)
                 problems.append(f"encoder {name!r} failed to load: {exc}")
