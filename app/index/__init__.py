@@ -1,6 +1,20 @@
 """Vector indices: binary codes by Hamming distance and unit floats by inner product.
 
-See :mod:`app.index.base` for the shared interface and result semantics.
+Usage (the catalog chooses ids; the index only caches its rows)::
+
+    binary = BinaryIndex(bits=256, shards=2)
+    binary.add(segment_ids, codes)                    # codes: (n, 32) uint8, packbits "little"
+    distances, ids = binary.search(query_codes, k)    # int32 ascending; PAD_ID / HAMMING_PAD pad
+    binary.remove(old_segment_ids)                    # upsert = remove, then add
+    binary.save(path, last_seq=seq)                   # atomic + checksummed
+    binary, seq = BinaryIndex.load(path, shards=2)    # SnapshotError -> rebuild from the catalog
+
+    floats = FloatIndex(dim=128)                      # rows must be L2-normalised float32
+    sims, ids = floats.search(query_vectors, k)       # float32 cosine, descending; -inf / PAD_ID pad
+    exact = floats.score(query_vector, shortlist)     # two-stage re-rank of Hamming candidates
+
+Pass many queries in one ``search`` call when they arrive together: a batch shares one scan.
+See :mod:`app.index.base` for the interface.
 """
 
 from app.index.base import PAD_ID, DuplicateIdError, SnapshotError, VectorIndex

@@ -194,3 +194,13 @@ def test_kernel_choice_does_not_change_results(rng: np.random.Generator) -> None
     batched_d, _ = knn_hamming(queries, codes, 15, block_rows=512)
     heap_d, _ = knn_hamming_heap(queries, codes, 15)
     np.testing.assert_array_equal(batched_d, heap_d)
+
+
+def test_shared_scan_kernel_pads_when_k_exceeds_rows(rng: np.random.Generator) -> None:
+    from app.index._hamming import knn_hamming_batched
+
+    codes = random_codes(rng, 7, 64)
+    queries = random_codes(rng, 6, 64)
+    distances, rows = knn_hamming_batched(queries, codes, 10, 4)
+    assert_knn_consistent(distances, rows, exact.hamming_distances(queries, codes), np.arange(7), 10, ascending=True)
+    assert (distances[:, 7:] == HAMMING_PAD).all()
