@@ -81,6 +81,8 @@ class ShardedIndex:
 
     KIND: ClassVar[int]
     ASCENDING: ClassVar[bool]
+    # Whether one query is worth splitting over threads (see the subclasses for why).
+    PARALLEL_SINGLE_QUERY: ClassVar[bool] = True
     PAD_VALUE: ClassVar[Any]
     SCORE_DTYPE: ClassVar[type[np.generic]]
 
@@ -200,7 +202,8 @@ class ShardedIndex:
             # a thread with faiss' default team of 2, a one-query scan leaves the second
             # thread spinning, which is ruinous when other processes want the core.
             pool = scan_pool(len(self._shards))
-            if len(live) > 1 and total >= self.parallel_min_rows:
+            parallel = nq > 1 or self.PARALLEL_SINGLE_QUERY
+            if parallel and len(live) > 1 and total >= self.parallel_min_rows:
                 parts = list(pool.map(scan, live))
             else:
                 parts = pool.submit(lambda: [scan(shard) for shard in live]).result()
