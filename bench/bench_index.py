@@ -31,32 +31,50 @@ DIM = 128
 FAISS_DEFAULT_BLAS_THRESHOLD = faiss.cvar.distance_compute_blas_threshold  # read before any FloatIndex runs
 
 
-class _TwoThreadFloat(FloatIndex):
-    """FloatIndex that also splits single queries over its shards' threads (for comparison)."""
+class _OneThreadFloat(FloatIndex):
+    """FloatIndex that scans a single query on one thread (for comparison)."""
 
-    PARALLEL_SINGLE_QUERY = True
+    PARALLEL_SINGLE_QUERY = False
 
     def __init__(self, dim: int, shards: int = 2) -> None:
         super().__init__(dim, shards=shards, check_norm=False)
 
 
-def interleaved(variants: dict[str, Callable[[int], object]], repeats: int) -> dict[str, dict[str, float]]:
+def interleaved(
+    variants: dict[str, Callable[[int], object]], repeats: int, burst: int = 1
+) -> dict[str, dict[str, float]]:
     """Time each variant ``repeats`` times, round-robin; returns ms stats per variant.
 
-    Each callable gets the repetition number (to pick a fresh query) and is warmed up once.
+    Each callable gets a call number (to pick a fresh query) and is warmed up once. With
+    ``burst > 1`` each turn makes ``burst`` calls in a row and times all but the first, so a
+    variant is measured with its own data in cache rather than with what the previous
+    variant left there (a 512 MB float scan evicts a 32 MB binary index from L3).
     """
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for fn in variants.values():
         fn(0)
-    for r in range(repeats):
+    call = 0
+    while min(len(s) for s in samples.values()) < repeats:
         for name, fn in variants.items():
-            start = time.perf_counter()
-            fn(r)
-            samples[name].append((time.perf_counter() - start) * 1e3)
+            for turn in range(burst):
+                call += 1
+                start = time.perf_counter()
+                fn(call)
+                if burst == 1 or turn > 0:
+                    samples[name].append((time.perf_counter() - start) * 1e3)
     return {
         name: {"median_ms": float(np.median(s)), "min_ms": float(np.min(s)), "repeats": len(s)}
         for name, s in samples.items()
     }
+
+
+QUERY_POOL = 64  # batches of 16 queries generated per benchmark; calls cycle through them
+
+
+def pick(queries: np.ndarray, call: int, size: int) -> np.ndarray:
+    """The ``call``-th batch of ``size`` queries, cycling through the pool."""
+    start = (call * size) % (len(queries) - size + 1)
+    return queries[start : start + size]
 
 
 def faiss_default_float_search(index: faiss.IndexFlatIP, queries: np.ndarray) -> object:
@@ -91,14 +109,14 @@ def bench_binary_large(n: int, probe: BandwidthProbe, repeats: int, rng: np.rand
     flat = faiss.IndexBinaryFlat(BITS)
     flat.add(codes)
     del codes
-    queries = random_codes(rng, 16 * (repeats + 1))
+    queries = random_codes(rng, 16 * QUERY_POOL)
     index_bytes = n * BITS // 8
     bandwidth_samples: list[float] = []
 
     one = interleaved(
         {
-            "ours_2_shards": lambda r: ours.search(queries[r : r + 1], K),
-            "faiss_default": lambda r: flat.search(queries[r : r + 1], K),
+            "ours_2_shards": lambda r: ours.search(pick(queries, r, 1), K),
+            "faiss_default": lambda r: flat.search(pick(queries, r, 1), K),
             "bandwidth_pass": lambda r: bandwidth_samples.append(probe.sample()),
         },
         repeats,
@@ -110,11 +128,9 @@ def bench_binary_large(n: int, probe: BandwidthProbe, repeats: int, rng: np.rand
     # One at a time: 16 separate calls; shared scan: the same 16 queries in one call.
     many = interleaved(
         {
-            "ours_one_at_a_time": lambda r: [
-                ours.search(queries[16 * r + i : 16 * r + i + 1], K) for i in range(batch)
-            ],
-            "ours_shared_scan": lambda r: ours.search(queries[16 * r : 16 * r + batch], K),
-            "faiss_default_batch": lambda r: flat.search(queries[16 * r : 16 * r + batch], K),
+            "ours_one_at_a_time": lambda r: [ours.search(one, K) for one in pick(queries, r, batch)[:, None]],
+            "ours_shared_scan": lambda r: ours.search(pick(queries, r, batch), K),
+            "faiss_default_batch": lambda r: flat.search(pick(queries, r, batch), K),
         },
         max(3, repeats // 4),
     )
@@ -149,27 +165,28 @@ def bench_binary_vs_float(n: int, repeats: int, rng: np.random.Generator) -> dic
     binary = BinaryIndex(BITS, shards=2)
     binary.add(np.arange(n), random_codes(rng, n))
     vectors = unit_vectors(rng, n)
-    floats = {"default": FloatIndex(DIM, shards=2, check_norm=False), "2_threads": _TwoThreadFloat(DIM, shards=2)}
+    floats = {"default": FloatIndex(DIM, shards=2, check_norm=False), "1_thread": _OneThreadFloat(DIM, shards=2)}
     for index in floats.values():
         index.add(np.arange(n), vectors)
     flat_ip = faiss.IndexFlatIP(DIM)
     flat_ip.add(vectors)
     del vectors
-    bq = random_codes(rng, 16 * (repeats + 1))
-    fq = unit_vectors(rng, 16 * (repeats + 1))
+    bq = random_codes(rng, 16 * QUERY_POOL)
+    fq = unit_vectors(rng, 16 * QUERY_POOL)
     one = interleaved(
         {
-            "binary_ours": lambda r: binary.search(bq[r : r + 1], K),
-            "float_ours": lambda r: floats["default"].search(fq[r : r + 1], K),
-            "float_ours_2_threads": lambda r: floats["2_threads"].search(fq[r : r + 1], K),
-            "float_faiss_default": lambda r: faiss_default_float_search(flat_ip, fq[r : r + 1]),
+            "binary_ours": lambda r: binary.search(pick(bq, r, 1), K),
+            "float_ours": lambda r: floats["default"].search(pick(fq, r, 1), K),
+            "float_ours_1_thread": lambda r: floats["1_thread"].search(pick(fq, r, 1), K),
+            "float_faiss_default": lambda r: faiss_default_float_search(flat_ip, pick(fq, r, 1)),
         },
         repeats,
+        burst=4,
     )
     batch = interleaved(
         {
-            "binary_ours": lambda r: binary.search(bq[16 * r : 16 * r + 16], K),
-            "float_ours": lambda r: floats["default"].search(fq[16 * r : 16 * r + 16], K),
+            "binary_ours": lambda r: binary.search(pick(bq, r, 16), K),
+            "float_ours": lambda r: floats["default"].search(pick(fq, r, 16), K),
         },
         max(3, repeats // 4),
     )
