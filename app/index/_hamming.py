@@ -27,6 +27,9 @@ BATCHED_MIN_QUERIES = 2
 BLOCK_PAIRS = 1 << 17
 MIN_BLOCK_ROWS = 1 << 13
 MAX_BLOCK_ROWS = 1 << 14
+# Queries per pass of the shared scan: bounds the distance buffer (256 x 8 K x 4 B = 8 MB)
+# when a long recording is windowed into hundreds of query codes.
+MAX_BATCH_QUERIES = 256
 
 
 def knn_hamming(
@@ -46,11 +49,17 @@ def knn_hamming(
         tail is padded with ``(int32 max, -1)``.
     """
     nq, nbytes = queries.shape
-    if nq >= BATCHED_MIN_QUERIES and nbytes % 8 == 0:  # faiss.hammings needs whole 64-bit words
-        if block_rows is None:
-            block_rows = min(MAX_BLOCK_ROWS, max(MIN_BLOCK_ROWS, BLOCK_PAIRS // nq))
-        return knn_hamming_batched(queries, database, k, block_rows)
-    return knn_hamming_heap(queries, database, k)
+    if nq < BATCHED_MIN_QUERIES or nbytes % 8:  # faiss.hammings needs whole 64-bit words
+        return knn_hamming_heap(queries, database, k)
+    if nq > MAX_BATCH_QUERIES:
+        parts = [
+            knn_hamming(queries[start : start + MAX_BATCH_QUERIES], database, k, block_rows=block_rows)
+            for start in range(0, nq, MAX_BATCH_QUERIES)
+        ]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    if block_rows is None:
+        block_rows = min(MAX_BLOCK_ROWS, max(MIN_BLOCK_ROWS, BLOCK_PAIRS // nq))
+    return knn_hamming_batched(queries, database, k, block_rows)
 
 
 def knn_hamming_heap(queries: np.ndarray, database: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

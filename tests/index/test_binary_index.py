@@ -204,3 +204,13 @@ def test_shared_scan_kernel_pads_when_k_exceeds_rows(rng: np.random.Generator) -
     distances, rows = knn_hamming_batched(queries, codes, 10, 4)
     assert_knn_consistent(distances, rows, exact.hamming_distances(queries, codes), np.arange(7), 10, ascending=True)
     assert (distances[:, 7:] == HAMMING_PAD).all()
+
+
+def test_large_query_batches_are_split_into_passes(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    import app.index._hamming as kernels
+
+    monkeypatch.setattr(kernels, "MAX_BATCH_QUERIES", 4)
+    codes = random_codes(rng, 900, 64)
+    queries = random_codes(rng, 11, 64)  # passes of 4 + 4 + 3 queries
+    distances, rows = kernels.knn_hamming(queries, codes, 6, block_rows=128)
+    assert_knn_consistent(distances, rows, exact.hamming_distances(queries, codes), np.arange(900), 6, ascending=True)
