@@ -88,3 +88,10 @@ def test_unnormalised_vectors_are_rejected_unless_allowed(rng: np.random.Generat
     loose = FloatIndex(8, check_norm=False)
     loose.add([1, 2, 3], vectors)
     assert len(loose) == 3
+
+
+def test_both_kinds_satisfy_the_index_protocol() -> None:
+    from app.index import BinaryIndex, VectorIndex
+
+    assert isinstance(FloatIndex(8), VectorIndex)
+    assert isinstance(BinaryIndex(8), VectorIndex)
