@@ -95,3 +95,26 @@ def test_both_kinds_satisfy_the_index_protocol() -> None:
 
     assert isinstance(FloatIndex(8), VectorIndex)
     assert isinstance(BinaryIndex(8), VectorIndex)
+
+
+def test_two_stage_rerank_recovers_exact_top_k(rng: np.random.Generator) -> None:
+    # Codes = signs of the float vectors, so a generous Hamming shortlist contains the exact
+    # float neighbours; re-scoring the shortlist with score() must then reproduce them.
+    from app.index import BinaryIndex
+
+    vectors = unit_vectors(rng, 2000, 64)
+    codes = np.packbits(vectors > 0, axis=1, bitorder="little")
+    ids = np.arange(2000) + 10
+    floats, binary = FloatIndex(64), BinaryIndex(64)
+    floats.add(ids, vectors)
+    binary.add(ids, codes)
+    query = vectors[7] + 0.05 * unit_vectors(rng, 1, 64)[0]
+    query = (query / np.linalg.norm(query)).astype(np.float32)
+    _, shortlist = binary.search(np.packbits(query[None] > 0, axis=1, bitorder="little"), 800)
+    shortlist = shortlist[0][shortlist[0] >= 0]
+    sims = floats.score(query, shortlist)
+    reranked = shortlist[np.argsort(-sims, kind="stable")][:5]
+    exact_sims, exact_ids = floats.search(query[None], 5)
+    assert reranked[0] == 17
+    np.testing.assert_allclose(np.sort(sims)[::-1][:5], exact_sims[0], atol=ATOL)
+    assert set(reranked.tolist()) == set(exact_ids[0].tolist())
