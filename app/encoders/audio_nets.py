@@ -58,6 +58,12 @@ class AttnHashNet(nn.Module):
     ``A = softmax(W2 tanh(W1 H^T))`` over time with ``W1`` (d_a x D) and ``W2`` (heads x d_a), no
     biases, as in the paper's equation (1); the ``heads`` summary vectors are concatenated and
     ``f(x) = tanh(W e + b)`` gives ``bits`` hash values whose sign is the code.
+
+    ``hash_norm`` (our addition) batch-normalises ``W e + b`` without affine parameters and scales
+    it by ``hash_scale`` before the tanh. Without it, the quantisation loss saturated every unit
+    to the same sign for every input within an epoch on our data (all codes equal, triplet loss
+    stuck at its margin); centred pre-activations keep each bit balanced across inputs, and the
+    scale lets tanh reach +-1 so the quantisation loss can still be driven to zero.
     """
 
     def __init__(
@@ -69,6 +75,8 @@ class AttnHashNet(nn.Module):
         d_a: int = 64,
         heads: int = 5,
         bits: int = 256,
+        hash_norm: bool = False,
+        hash_scale: float = 3.0,
     ) -> None:
         super().__init__()
         self.blstm = nn.LSTM(
@@ -78,6 +86,8 @@ class AttnHashNet(nn.Module):
         self.w1 = nn.Linear(2 * hidden, d_a, bias=False)
         self.w2 = nn.Linear(d_a, heads, bias=False)
         self.hash = nn.Linear(heads * 2 * hidden, bits)
+        self.hash_norm = nn.BatchNorm1d(bits, affine=False) if hash_norm else None
+        self.hash_scale = hash_scale
         self.n_in = n_in
         self.dim = bits
         self.register_buffer("input_mean", torch.zeros(n_in))
@@ -91,7 +101,10 @@ class AttnHashNet(nn.Module):
         h = self.out_dropout(h)  # (B, L, D)
         attention = torch.softmax(self.w2(torch.tanh(self.w1(h))).transpose(1, 2), dim=-1)  # (B, R, L)
         summary = attention @ h  # (B, R, D): s_i = sum_t A_it h_t
-        return torch.tanh(self.hash(summary.flatten(1))), attention
+        z = self.hash(summary.flatten(1))
+        if self.hash_norm is not None:
+            z = self.hash_scale * self.hash_norm(z)
+        return torch.tanh(z), attention
 
     def embed(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         values, _ = self(feats)

@@ -34,6 +34,8 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--heads", type=int, default=5)
     p.add_argument("--d-a", type=int, default=64)
     p.add_argument("--dropout", type=float)
+    p.add_argument("--no-hash-norm", dest="hash_norm", action="store_false",
+                   help="attn-hash without batch norm before tanh (the paper's plain layer; collapsed on our data)")
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--steps", type=int, default=100, help="batches per epoch")
     p.add_argument("--batch-size", type=int, default=64)
@@ -57,6 +59,12 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _own_arguments() -> list[str]:
+    """The options after `audio` (as `recall train audio ...`) or all of them (as `python -m`)."""
+    argv = sys.argv[1:]
+    return argv[argv.index("audio") + 1 :] if "audio" in argv else argv
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -65,12 +73,12 @@ def run(args: argparse.Namespace) -> int:
     cfg = TrainConfig(
         manifest=args.manifest, model=args.model, bits=args.bits, out=args.out, name=args.name or Path(args.out).name,
         split_by=args.split_by, holdout=args.holdout, val_groups=args.val_groups, sample_rate=args.sample_rate,
-        window_s=args.window, hop_s=args.hop, hidden=args.hidden, heads=args.heads, d_a=args.d_a, dropout=args.dropout,
+        window_s=args.window, hop_s=args.hop, hidden=args.hidden, heads=args.heads, d_a=args.d_a, hash_norm=args.hash_norm, dropout=args.dropout,
         epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
         seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
         mining=args.mining, augment=args.augment, cache_dir=args.cache_dir or None, threads=args.threads,
         device=args.device, description=args.description,
-        command="recall " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        command="recall train audio " + " ".join(shlex.quote(a) for a in _own_arguments()),
     )
     metrics = Trainer(cfg).run(resume=args.resume)
     print(f"best epoch {metrics['best_epoch']}: val MAP {metrics['val_map']:.4f} "

@@ -54,6 +54,7 @@ class TrainConfig:
     layers: int = 2
     heads: int = 5
     d_a: int = 64
+    hash_norm: bool = True  # see AttnHashNet: keeps codes from collapsing under the quantisation loss
     dropout: float | None = None  # None: 0.3 (paper 000) or 0.4 (paper 004)
     epochs: int = 30
     steps_per_epoch: int = 100
@@ -102,7 +103,8 @@ def model_config(cfg: TrainConfig) -> dict[str, Any]:
         arch: dict[str, Any] = {"hidden": [512, 256, cfg.bits], "dropout": 0.3 if cfg.dropout is None else cfg.dropout}
     else:
         arch = {"hidden": cfg.hidden, "layers": cfg.layers, "dropout": 0.4 if cfg.dropout is None else cfg.dropout,
-                "d_a": cfg.d_a, "heads": cfg.heads, "bits": cfg.bits}
+                "d_a": cfg.d_a, "heads": cfg.heads, "bits": cfg.bits,
+                "hash_norm": cfg.hash_norm, "hash_scale": 3.0}
     return {
         "family": cfg.model, "modality": "audio", "name": cfg.name, "sample_rate": cfg.sample_rate,
         "window_s": cfg.window_s, "hop_s": cfg.hop_s, "features": features, "arch": arch, "bits": cfg.bits,
