@@ -7,6 +7,8 @@ config, and weights that do not fit that config are refused.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -48,9 +50,15 @@ class ImageTextEncoder(Encoder):
             "sentence vectors, FC relevance head for re-ranking"
         )
         self.batch_size = 32
+        # The service embeds a query once for stage 1 and again when it re-ranks; MiniLM is most of
+        # that cost, so recent query embeddings are kept (bounded, least recently used dropped).
+        self._text_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._text_cache_size = 1024
+        self._text_cache_lock = threading.Lock()
 
     def to(self, device: str) -> "ImageTextEncoder":
         self.model.to(device)
+        self._text_cache.clear()
         if hasattr(self.text_features, "device"):
             self.text_features.device = device  # only matters before MiniLM is first loaded
         self.device = device
@@ -86,9 +94,22 @@ class ImageTextEncoder(Encoder):
     def _text_embeddings(self, texts: Sequence[str]) -> np.ndarray:
         if len(texts) == 0:
             return np.zeros((0, self.dim), np.float32)
-        vectors = torch.as_tensor(self.text_features(list(texts)), device=self.device)
-        with torch.inference_mode():
-            return self.model.text_tower(vectors).float().cpu().numpy()
+        with self._text_cache_lock:
+            cached = {t: self._text_cache[t] for t in texts if t in self._text_cache}
+            for t in cached:
+                self._text_cache.move_to_end(t)
+        missing = list(dict.fromkeys(t for t in texts if t not in cached))
+        if missing:
+            vectors = torch.as_tensor(self.text_features(missing), device=self.device)
+            with torch.inference_mode():
+                fresh = self.model.text_tower(vectors).float().cpu().numpy()
+            with self._text_cache_lock:
+                for t, row in zip(missing, fresh):
+                    cached[t] = row
+                    self._text_cache[t] = row
+                while len(self._text_cache) > self._text_cache_size:
+                    self._text_cache.popitem(last=False)
+        return np.stack([cached[t] for t in texts]).copy()
 
     def _embeddings(self, floats: np.ndarray) -> Embeddings:
         floats = np.ascontiguousarray(floats, dtype=np.float32)

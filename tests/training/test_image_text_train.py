@@ -103,3 +103,14 @@ def test_mismatched_config_is_refused(tiny_checkpoint) -> None:
                                                "idf": config["text_features"]["idf"][:-1]}}
     with pytest.raises(CheckpointError, match="text features"):
         build(state, fewer_words, "test")
+
+
+def test_query_cache_is_bounded_and_returns_the_computed_vectors(tiny_checkpoint) -> None:
+    cached, fresh = load(tiny_checkpoint, {}), load(tiny_checkpoint, {})
+    cached._text_cache_size = 2
+    texts = ["a red circle", "two blue stars", "a green square"]
+    first = cached.encode_text(texts).floats
+    assert len(cached._text_cache) == 2  # the oldest was dropped
+    again = cached.encode_text(texts[::-1]).floats[::-1]  # two from the cache, one recomputed
+    np.testing.assert_allclose(again, first, atol=1e-6)
+    np.testing.assert_allclose(fresh.encode_text(texts).floats, first, atol=1e-6)

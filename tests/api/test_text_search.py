@@ -1,0 +1,65 @@
+"""Text search over HTTP with the default image-text encoder: the described scene comes first."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from app.main import create_app
+from app.training.synth_images import Scene, render
+from tests.conftest import make_settings
+
+ENCODER = "image-text-minilm"
+# Six scenes that differ in shape and colour (the main object every caption names).
+OBJECTS = [("circle", "red"), ("square", "blue"), ("triangle", "yellow"), ("star", "green"), ("cross", "white"),
+           ("circle", "purple")]
+
+
+def _scene(shape: str, colour: str, seed: int) -> Scene:
+    background = "grey" if colour != "grey" else "black"
+    return Scene(shape=shape, colour=colour, count=1, position="centre", size="large", background=background,
+                 texture="plain", seed=seed)
+
+
+def _png(image: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    settings = make_settings(tmp_path_factory.mktemp("text_search"),
+                             encoders={"default_audio": "audio-baseline", "default_image": ENCODER})
+    with TestClient(create_app(settings)) as test_client:
+        response = test_client.post("/v1/collections", json={"name": "scenes", "modality": "image", "encoder": ENCODER})
+        assert response.status_code in (200, 201), response.text
+        files = [("files", (f"{colour}-{shape}.png", _png(render(_scene(shape, colour, seed=i)))))
+                 for i, (shape, colour) in enumerate(OBJECTS)]
+        response = test_client.post("/v1/collections/scenes/items", files=files)
+        assert response.status_code == 200, response.text
+        yield test_client
+
+
+@pytest.mark.parametrize(("shape", "colour"), OBJECTS)
+def test_text_query_finds_the_described_scene_first(client, shape, colour) -> None:
+    response = client.post("/v1/collections/scenes/search", json={"text": f"a large {colour} {shape}", "k": 3})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert results[0]["id"] == f"{colour}-{shape}.png"
+    # re-ranking is on by default: both stage scores are reported, and the order is the head's
+    assert all("stage1_score" in r and "rerank_score" in r for r in results)
+    assert [r["rerank_score"] for r in results] == sorted((r["rerank_score"] for r in results), reverse=True)
+
+
+def test_stage1_only_search_also_ranks_the_described_scene_first(client) -> None:
+    response = client.post("/v1/collections/scenes/search",
+                           json={"text": "a large yellow triangle", "k": 3, "rerank": False})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert results[0]["id"] == "yellow-triangle.png"
+    assert "rerank_score" not in results[0]
