@@ -10,7 +10,7 @@ from app.index import exact
 from tests.index.conftest import assert_knn_consistent, clustered_codes, random_codes
 
 
-@pytest.mark.parametrize("bits", [8, 64, 256, 264])
+@pytest.mark.parametrize("bits", [8, 64, 256, 264, 1024])
 @pytest.mark.parametrize("shards", [1, 2, 3])
 def test_search_matches_exact(rng: np.random.Generator, bits: int, shards: int) -> None:
     codes = clustered_codes(rng, 700, bits)
