@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 import time
 
 import numpy as np
@@ -126,3 +127,39 @@ def test_rwlock_writer_excludes_readers_and_is_not_starved() -> None:
         t.join(timeout=30)
     assert writes == 50, "writer starved by a steady stream of readers"
     assert not violations, violations[:3]
+
+
+def test_snapshots_taken_during_writes_are_consistent(tmp_path: Path) -> None:
+    # Each snapshot must capture one state between writes: the ids it holds are exactly the
+    # ids added before it (adds are sequential ranges here), never a half-applied add.
+    from app.index import BinaryIndex as Index
+
+    rng = np.random.default_rng(11)
+    index = Index(64, shards=2)
+    codes = random_codes(rng, 4000, 64)
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for step in range(40):
+                index.add(np.arange(100 * step, 100 * (step + 1)), codes[100 * step : 100 * (step + 1)])
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            done.set()
+
+    w = threading.Thread(target=writer)
+    w.start()
+    seen = 0
+    while not done.is_set() or seen == 0:
+        path = tmp_path / f"snap{seen}"
+        index.save(path, last_seq=seen)
+        loaded, seq = Index.load(path)
+        ids = loaded.ids()
+        assert seq == seen and len(ids) % 100 == 0
+        np.testing.assert_array_equal(ids, np.arange(len(ids)))
+        np.testing.assert_array_equal(loaded.reconstruct(ids), codes[: len(ids)])
+        seen += 1
+    w.join(timeout=60)
+    assert not errors, errors[0]
