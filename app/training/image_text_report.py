@@ -156,8 +156,16 @@ def build_report(checkpoint: Path, photos_dir: Path, r: int = 100, n_cca_scenes:
                                                 n_shuffles=100, seed=seed)
     summary = {name: aggregate(values) for name, values in per_system.items()}
     comparisons = _comparisons(per_system, r)
+    trained = json.loads((checkpoint / "metrics.json").read_text()) if (checkpoint / "metrics.json").is_file() else {}
     return {
         "checkpoint": str(checkpoint),
+        "training": {
+            "steps_done": trained.get("steps_done"), "batch_size": train_cfg["batch_size"],
+            "scenes": train_cfg["n_scenes"], "train_photos": trained.get("n_train_photos"),
+            "device": train_cfg["device"], "seconds": trained.get("train_seconds"),
+            "validation_scenes": trained.get("validation_scenes", {}),
+            "weights_bytes": (checkpoint / "weights.safetensors").stat().st_size,
+        },
         "encoder": encoder.name,
         "text_features": encoder.text_features.kind,
         "held_out": {"photos": len(photos), "queries": len(texts),
@@ -240,6 +248,20 @@ def write_markdown(report: dict[str, Any], path: Path) -> None:
                      + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                  for k, v in values.items() if k != "met"))
     cca = report["cca"]
+    t = report["training"]
+    val = t["validation_scenes"]
+    lines += [
+        "",
+        "## Checkpoint",
+        "",
+        f"- {t['steps_done']} steps of batch {t['batch_size']} on {t['device']} ({t['seconds']} s): {t['scenes']} "
+        f"generated scenes x 5 captions and {t['train_photos']} training photos x 5 captions; weights "
+        f"{t['weights_bytes'] / 1e6:.1f} MB. Reproduce with the command in app/training/image_text_cli.py.",
+        f"- On 300 unseen generated scenes (their first caption against all 300 images) it reaches R@1 "
+        f"{val.get('stage1_R@1', float('nan')):.2f} / R@10 {val.get('stage1_R@10', float('nan')):.2f} in stage 1 and "
+        f"R@1 {val.get('rerank_R@1', float('nan')):.2f} / R@10 {val.get('rerank_R@10', float('nan')):.2f} with the "
+        "head: the gap to real photos above is the domain gap of a CNN trained from scratch on 40 photos.",
+    ]
     lines += [
         "",
         "## How this was measured",

@@ -114,3 +114,12 @@ def test_query_cache_is_bounded_and_returns_the_computed_vectors(tiny_checkpoint
     again = cached.encode_text(texts[::-1]).floats[::-1]  # two from the cache, one recomputed
     np.testing.assert_allclose(again, first, atol=1e-6)
     np.testing.assert_allclose(fresh.encode_text(texts).floats, first, atol=1e-6)
+
+
+def test_stop_step_ends_early_but_keeps_the_schedule(tmp_path) -> None:
+    config = TrainConfig(name="image-text-stop", text_features="tfidf", dim=8, width=4, text_hidden=8, head_hidden=8,
+                         steps=50, stop_step=2, batch_size=4, n_scenes=12, n_val_scenes=4, val_every=25,
+                         cache_dir=None, threads=1)
+    _, checkpoint_config, metrics = train(config, None, progress=False)
+    assert metrics["steps_done"] == 2 and metrics["history"][-1]["step"] == 2
+    assert checkpoint_config["train"]["steps"] == 50
