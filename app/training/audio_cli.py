@@ -41,15 +41,17 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--patience", type=int, default=6, help="epochs without better validation MAP before stopping")
+    p.add_argument("--lr-patience", type=int, default=0, help="halve the learning rate after this many epochs without progress (0: never)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--alpha", type=float, default=0.01, help="penalisation weight (paper 004)")
     p.add_argument("--beta", type=float, default=1.0, help="triplet weight (paper 004)")
-    p.add_argument("--gamma", type=float, default=0.01, help="quantisation weight (paper 004)")
-    p.add_argument("--quant-warmup", type=int, default=5, help="epochs over which gamma ramps up from 0")
+    p.add_argument("--gamma", type=float, default=0.0005,
+                   help="quantisation weight; paper 004 uses 0.01, which saturated every code to one value on our data")
+    p.add_argument("--quant-warmup", type=int, default=10, help="epochs over which gamma ramps up from 0")
     p.add_argument("--margin", type=float, default=0.5, help="triplet theta (cosine) or contrastive margin")
     p.add_argument("--pairs", choices=["balanced", "unbalanced"], default="balanced", help="siamese pair sampling")
-    p.add_argument("--mining", choices=["random", "semihard", "hard"], default="random",
-                   help="attn-hash negatives: random (paper 004) or mined in the batch")
+    p.add_argument("--mining", choices=["random", "semihard", "hard"], default="semihard",
+                   help="attn-hash negatives: random (paper 004; learnt far slower here) or mined in the batch")
     p.add_argument("--no-augment", dest="augment", action="store_false")
     p.add_argument("--cache-dir", default="/tmp/recall-audio-cache", help="decoded-audio cache ('' disables)")
     p.add_argument("--threads", type=int, default=2)
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         manifest=args.manifest, model=args.model, bits=args.bits, out=args.out, name=args.name or Path(args.out).name,
         split_by=args.split_by, holdout=args.holdout, val_groups=args.val_groups, sample_rate=args.sample_rate,
         window_s=args.window, hop_s=args.hop, hidden=args.hidden, heads=args.heads, d_a=args.d_a, hash_norm=args.hash_norm, dropout=args.dropout,
-        epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
+        epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience, lr_patience=args.lr_patience,
         seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
         mining=args.mining, augment=args.augment, cache_dir=args.cache_dir or None, threads=args.threads,
         device=args.device, description=args.description,

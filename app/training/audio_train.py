@@ -61,14 +61,15 @@ class TrainConfig:
     batch_size: int = 64
     lr: float = 1e-3
     patience: int = 6
+    lr_patience: int = 0  # >0: halve the learning rate after this many epochs without a better val MAP
     seed: int = 0
     alpha: float = 0.01
     beta: float = 1.0
-    gamma: float = 0.01
-    quant_warmup: int = 5  # epochs over which gamma ramps up from 0 (see step_loss)
+    gamma: float = 0.0005  # paper 004: 0.01 (HashLossWeights' default); collapsed all codes on our data
+    quant_warmup: int = 10  # epochs over which gamma ramps up from 0 (see step_loss)
     margin: float = 0.5  # triplet theta (cosine) or contrastive m (euclidean)
     pairs: Literal["balanced", "unbalanced"] = "balanced"
-    mining: Literal["random", "semihard", "hard"] = "random"
+    mining: Literal["random", "semihard", "hard"] = "semihard"
     augment: bool = True
     cache_dir: str | None = "/tmp/recall-audio-cache"
     threads: int = 2
@@ -166,6 +167,8 @@ class Trainer:
         self.features.to(cfg.device)
         self.net.to(cfg.device)
         self.optimiser = torch.optim.Adam(self.net.parameters(), lr=cfg.lr)
+        self.scheduler = (torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimiser, mode="max", factor=0.5, patience=cfg.lr_patience)
+                          if cfg.lr_patience > 0 else None)
         self.weights = HashLossWeights(cfg.alpha, cfg.beta, cfg.gamma, cfg.margin)
         self.augment = AugmentConfig() if cfg.augment else AugmentConfig(0.0, 0.0, 0.0, (0, 0), (0, 0), 0.0, (1, 1))
         self.out = Path(cfg.out)
@@ -256,6 +259,7 @@ class Trainer:
     # ---- persistence ---------------------------------------------------------------------
     def save_state(self) -> None:
         state = {"net": self.net.state_dict(), "optimiser": self.optimiser.state_dict(), "epoch": self.epoch,
+                 "scheduler": self.scheduler.state_dict() if self.scheduler else None,
                  "best": self.best, "bad_epochs": self.bad_epochs, "history": self.history,
                  "rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
         tmp = self.state_path.with_suffix(".tmp")
@@ -268,6 +272,8 @@ class Trainer:
         state = torch.load(self.state_path, weights_only=False)
         self.net.load_state_dict(state["net"])
         self.optimiser.load_state_dict(state["optimiser"])
+        if self.scheduler and state.get("scheduler"):
+            self.scheduler.load_state_dict(state["scheduler"])
         self.epoch, self.best, self.bad_epochs = state["epoch"], state["best"], state["bad_epochs"]
         self.history = state["history"]
         self.rng.bit_generator.state = state["rng"]
@@ -304,7 +310,10 @@ class Trainer:
             self.epoch += 1
             record = {"epoch": self.epoch, "seconds": round(time.time() - started, 1),
                       **{f"loss_{k}": v / cfg.steps_per_epoch for k, v in sums.items()}, **self.validate()}
+            record["lr"] = self.optimiser.param_groups[0]["lr"]
             self.history.append(record)
+            if self.scheduler:
+                self.scheduler.step(record["val_map"])
             improved = record["val_map"] > self.best
             self.best, self.bad_epochs = (record["val_map"], 0) if improved else (self.best, self.bad_epochs + 1)
             print(json.dumps(record), flush=True)
