@@ -74,9 +74,11 @@ async def run_search(services: Services, name: str, params: SearchRequest, uploa
     rerank_scores = None
     if rerank and hits:
         t = time.perf_counter()
-        floats = np.stack([_item_vector(services, state, h.item_id) for h in hits])
+        vectors = await asyncio.to_thread(_item_vectors, services, state, [h.item_id for h in hits])
+        hits = [h for h in hits if h.item_id in vectors]  # deleted since stage 1
+        floats = np.stack([vectors[h.item_id] for h in hits]) if hits else np.zeros((0, state.collection.dim), np.float32)
         assert query.text is not None
-        scores = await services.encoders.rerank(state.collection.encoder, query.text, floats)
+        scores = await services.encoders.rerank(state.collection.encoder, query.text, floats) if hits else []
         rerank_scores = {h.item_id: float(s) for h, s in zip(hits, scores)}
         hits = sorted(hits, key=lambda h: (-rerank_scores[h.item_id], h.item_id))
         timings["rerank_ms"] = (time.perf_counter() - t) * 1000
@@ -88,8 +90,12 @@ async def run_search(services: Services, name: str, params: SearchRequest, uploa
     return {"results": results, "timings": timings, "mode": params.mode, "collection": name}
 
 
-def _item_vector(services: Services, state: CollectionState, item_id: str) -> np.ndarray:
-    """The float embedding of an image item (its only segment), for the relevance head."""
+def _item_vectors(services: Services, state: CollectionState, item_ids: list[str]) -> dict[str, np.ndarray]:
+    """Float embedding of each image item (its only segment), for the relevance head."""
     c = state.collection
-    _, _, floats, _ = services.catalog.item_segments(c.name, item_id, c.dim, c.bits)
-    return floats[0]
+    out = {}
+    for item_id in item_ids:
+        _, _, floats, _ = services.catalog.item_segments(c.name, item_id, c.dim, c.bits)
+        if len(floats):
+            out[item_id] = floats[0]
+    return out

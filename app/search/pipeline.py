@@ -114,6 +114,8 @@ async def _segment_distances(index: CollectionIndex, scans: Scans, query: Query,
         shortlist = min(len(index), depth * options.oversample)
         _, ids = await scans.binary.search(query.codes, shortlist)
         candidates = np.unique(ids[ids >= 0])
+        # a concurrent delete may have removed a shortlisted segment since the scan
+        candidates = np.asarray([c for c in candidates.tolist() if c in index.float], dtype=np.int64)
         vectors = index.float.reconstruct(candidates)
         exact = cosine_distance(query.floats, vectors)  # (nq, n)
         _merge(best, np.broadcast_to(candidates, exact.shape), exact)
