@@ -93,7 +93,7 @@ class TrainedAudioEncoder(Encoder):
         floats, values = [], []
         for start in range(0, len(inputs), ENCODE_CHUNK):
             chunk = inputs[start : start + ENCODE_CHUNK]
-            waves = torch.stack([fit_to_window(torch.as_tensor(np.asarray(w, dtype=np.float32)), self.window) for w in chunk])
+            waves = torch.stack([fit_to_window(torch.from_numpy(np.require(w, np.float32, ["W"])), self.window) for w in chunk])
             emb, code_values = self.embed_tensor(waves)
             floats.append(emb.float().cpu().numpy())
             values.append(code_values.float().cpu().numpy())

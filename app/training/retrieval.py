@@ -34,8 +34,9 @@ def _ranked_hits(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
 def retrieval_metrics(scores: np.ndarray, labels: np.ndarray, ks: tuple[int, ...] = (1, 5)) -> dict[str, float]:
     """MAP, P@k (and MP@1 of paper 000: 1 / rank of the first hit) and P@N over all queries.
 
-    AP divides by the number of relevant clips (paper 000 eq. 3). Queries without any relevant
-    clip are skipped.
+    AP divides by the number of relevant clips (paper 000 eq. 3). ``map_p004`` is paper 004's
+    "MAP" (eq. 13): the mean of P@K for K = 1..N, N the number of relevant clips. Queries without
+    any relevant clip are skipped.
     """
     labels = np.asarray(labels)
     hits = _ranked_hits(scores, labels)
@@ -47,7 +48,9 @@ def retrieval_metrics(scores: np.ndarray, labels: np.ndarray, ks: tuple[int, ...
     ap = (precision * hits).sum(axis=1) / n_rel
     first = np.argmax(hits, axis=1) + 1
     p_at_n = np.array([precision[i, n_rel[i] - 1] for i in range(len(n_rel))])
-    out = {"map": float(ap.mean()), "mp@1": float((1.0 / first).mean()), "precision@n": float(p_at_n.mean())}
+    p004 = np.array([precision[i, : n_rel[i]].mean() for i in range(len(n_rel))])
+    out = {"map": float(ap.mean()), "mp@1": float((1.0 / first).mean()), "precision@n": float(p_at_n.mean()),
+           "map_p004": float(p004.mean())}
     for k in ks:
         out[f"precision@{k}"] = float(precision[:, min(k, hits.shape[1]) - 1].mean())
     return out

@@ -105,7 +105,7 @@ def test_pack_round_trip(tmp_path: Path) -> None:
 
 
 def _brute_force(scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    aps, p1, first_hit = [], [], []
+    aps, p1, first_hit, p004 = [], [], [], []
     for q in range(len(labels)):
         order = [i for i in sorted(range(len(labels)), key=lambda i: (-scores[q, i], i)) if i != q]
         hits = [labels[i] == labels[q] for i in order]
@@ -115,9 +115,12 @@ def _brute_force(scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:
                 found += 1
                 precisions.append(found / rank)
         aps.append(sum(precisions) / sum(hits))
+        n_rel = sum(hits)
+        p004.append(np.mean([sum(hits[:k]) / k for k in range(1, n_rel + 1)]))
         p1.append(float(hits[0]))
         first_hit.append(1 / (hits.index(True) + 1))
-    return {"map": float(np.mean(aps)), "precision@1": float(np.mean(p1)), "mp@1": float(np.mean(first_hit))}
+    return {"map": float(np.mean(aps)), "precision@1": float(np.mean(p1)), "mp@1": float(np.mean(first_hit)),
+            "map_p004": float(np.mean(p004))}
 
 
 def test_matrix_metrics_match_brute_force() -> None:
