@@ -13,6 +13,7 @@ from app.errors import InvalidInput
 from app.features.windows import cut_windows
 from app.ingest import Upload, decode_media
 from app.search.pipeline import Query, SearchOptions, search, to_results
+from app.search.ranking import ItemHit
 from app.services import CollectionState, Services
 
 
@@ -74,7 +75,7 @@ async def run_search(services: Services, name: str, params: SearchRequest, uploa
     rerank_scores = None
     if rerank and hits:
         t = time.perf_counter()
-        vectors = await asyncio.to_thread(_item_vectors, services, state, [h.item_id for h in hits])
+        vectors = await asyncio.to_thread(_item_vectors, services, state, hits)
         hits = [h for h in hits if h.item_id in vectors]  # deleted since stage 1
         floats = np.stack([vectors[h.item_id] for h in hits]) if hits else np.zeros((0, state.collection.dim), np.float32)
         assert query.text is not None
@@ -90,12 +91,20 @@ async def run_search(services: Services, name: str, params: SearchRequest, uploa
     return {"results": results, "timings": timings, "mode": params.mode, "collection": name}
 
 
-def _item_vectors(services: Services, state: CollectionState, item_ids: list[str]) -> dict[str, np.ndarray]:
-    """Float embedding of each image item (its only segment), for the relevance head."""
+def _item_vectors(services: Services, state: CollectionState, hits: list[ItemHit]) -> dict[str, np.ndarray]:
+    """Float embedding of each image item's (only) segment, for the relevance head.
+
+    Read from the float index when the collection has one (no catalog round trip per candidate).
+    """
+    index = state.index.float
+    if index is not None:
+        present = [h for h in hits if h.best_segment_id in index]
+        vectors = index.reconstruct(np.asarray([h.best_segment_id for h in present], dtype=np.int64)) if present else []
+        return {h.item_id: v for h, v in zip(present, vectors)}
     c = state.collection
     out = {}
-    for item_id in item_ids:
-        _, _, floats, _ = services.catalog.item_segments(c.name, item_id, c.dim, c.bits)
+    for hit in hits:
+        _, _, floats, _ = services.catalog.item_segments(c.name, hit.item_id, c.dim, c.bits)
         if len(floats):
-            out[item_id] = floats[0]
+            out[hit.item_id] = floats[0]
     return out

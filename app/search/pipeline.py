@@ -94,7 +94,8 @@ async def search(
             break
         depth = min(total, depth * 4)
     hits = hits[: options.k]
-    await asyncio.to_thread(_occurrences, catalog, collection, query, options, hits)
+    if collection.modality == "audio":  # an image is one segment: nothing more to locate
+        await asyncio.to_thread(_occurrences, catalog, collection, query, options, hits)
     return hits
 
 

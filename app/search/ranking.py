@@ -34,6 +34,7 @@ class ItemHit:
     item_id: str
     distance: float
     segments: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, distance)
+    best_segment_id: int = -1
 
 
 def group_by_item(segment_distance: dict[int, float], segment_items: dict[int, tuple[str, float, float]]) -> list[ItemHit]:
@@ -48,8 +49,9 @@ def group_by_item(segment_distance: dict[int, float], segment_items: dict[int, t
         item_id, start, end = segment_items[sid]
         hit = hits.get(item_id)
         if hit is None:
-            hit = hits[item_id] = ItemHit(item_id, dist)
-        hit.distance = min(hit.distance, dist)
+            hit = hits[item_id] = ItemHit(item_id, dist, best_segment_id=sid)
+        if dist < hit.distance:
+            hit.distance, hit.best_segment_id = dist, sid
         hit.segments.append((start, end, dist))
     return sorted(hits.values(), key=lambda h: (h.distance, h.item_id))
 

@@ -22,7 +22,7 @@ def test_item_cost_is_the_minimum_over_its_segments():
     distances = {1: 0.5, 2: 0.2, 3: 0.3, 9: 0.0}
     items = {1: ("a", 0.0, 1.0), 2: ("a", 1.0, 2.0), 3: ("b", 0.0, 1.0)}
     hits = group_by_item(distances, items)
-    assert [(h.item_id, h.distance) for h in hits] == [("a", 0.2), ("b", 0.3)]
+    assert [(h.item_id, h.distance, h.best_segment_id) for h in hits] == [("a", 0.2, 2), ("b", 0.3, 3)]
 
 
 def test_ties_are_broken_by_id():
