@@ -34,6 +34,8 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--heads", type=int, default=5)
     p.add_argument("--d-a", type=int, default=64)
     p.add_argument("--dropout", type=float)
+    p.add_argument("--no-output-relu", dest="output_relu", action="store_false",
+                   help="siamese-mlp without the paper's ReLU on the output layer (dead output units collapse embeddings)")
     p.add_argument("--no-hash-norm", dest="hash_norm", action="store_false",
                    help="attn-hash without batch norm before tanh (the paper's plain layer; collapsed on our data)")
     p.add_argument("--epochs", type=int, default=30)
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = TrainConfig(
         manifest=args.manifest, model=args.model, bits=args.bits, out=args.out, name=args.name or Path(args.out).name,
         split_by=args.split_by, holdout=args.holdout, val_groups=args.val_groups, sample_rate=args.sample_rate,
-        window_s=args.window, hop_s=args.hop, hidden=args.hidden, heads=args.heads, d_a=args.d_a, hash_norm=args.hash_norm, dropout=args.dropout,
+        window_s=args.window, hop_s=args.hop, hidden=args.hidden, heads=args.heads, d_a=args.d_a, hash_norm=args.hash_norm, output_relu=args.output_relu, dropout=args.dropout,
         epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience, lr_patience=args.lr_patience,
         seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
         mining=args.mining, augment=args.augment, cache_dir=args.cache_dir or None, threads=args.threads,

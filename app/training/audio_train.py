@@ -54,6 +54,7 @@ class TrainConfig:
     layers: int = 2
     heads: int = 5
     d_a: int = 64
+    output_relu: bool = True  # siamese-mlp: paper 000's ReLU on the 128-d output layer
     hash_norm: bool = True  # see AttnHashNet: keeps codes from collapsing under the quantisation loss
     dropout: float | None = None  # None: 0.3 (paper 000) or 0.4 (paper 004)
     epochs: int = 30
@@ -101,7 +102,8 @@ def model_config(cfg: TrainConfig) -> dict[str, Any]:
     """The checkpoint config (without the input size, which the frontend decides)."""
     features = cfg.features or default_features(cfg.model, cfg.sample_rate)
     if cfg.model == "siamese-mlp":
-        arch: dict[str, Any] = {"hidden": [512, 256, cfg.bits], "dropout": 0.3 if cfg.dropout is None else cfg.dropout}
+        arch: dict[str, Any] = {"hidden": [512, 256, cfg.bits], "dropout": 0.3 if cfg.dropout is None else cfg.dropout,
+                                "output_relu": cfg.output_relu}
     else:
         arch = {"hidden": cfg.hidden, "layers": cfg.layers, "dropout": 0.4 if cfg.dropout is None else cfg.dropout,
                 "d_a": cfg.d_a, "heads": cfg.heads, "bits": cfg.bits,

@@ -36,6 +36,10 @@ def test_paper_000_architecture_and_input_size() -> None:
     widths = [m.out_features for m in net.mlp if isinstance(m, torch.nn.Linear)]
     drops = [m.p for m in net.mlp if isinstance(m, torch.nn.Dropout)]
     assert widths == [512, 256, 16] and drops == [0.3, 0.3]
+    assert sum(isinstance(m, torch.nn.ReLU) for m in net.mlp) == 3  # the output layer too, as in the paper
+    config["arch"]["output_relu"] = False
+    _, linear_out = build_model(config)
+    assert not isinstance(linear_out.mlp[-1], torch.nn.ReLU)
 
 
 def test_codes_are_signs_after_centring(tmp_path: Path) -> None:
