@@ -10,7 +10,8 @@ import math
 from functools import lru_cache
 
 import numpy as np
-import torch
+
+from app.features.filterbank import FilterbankSpectrogram
 
 
 def hz_to_mel(hz: np.ndarray | float) -> np.ndarray:
@@ -33,12 +34,11 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float = 0.0,
     return np.maximum(0.0, np.minimum(rising, falling)).astype(np.float32)
 
 
-class LogMel(torch.nn.Module):
+class LogMel(FilterbankSpectrogram):
     """Waveform batch (B, T) -> log-mel frames (B, frames, n_mels).
 
-    ``log(mel_power + eps)`` with a periodic Hann window; frames are not centred, so a
-    signal of T samples gives ``1 + (T - win) // hop`` frames (inputs shorter than one window
-    are zero-padded to one window).
+    ``log(mel_power + eps)`` with a periodic Hann window; see :class:`FilterbankSpectrogram`
+    for framing and padding.
     """
 
     def __init__(
@@ -50,23 +50,8 @@ class LogMel(torch.nn.Module):
         n_fft: int | None = None,
         eps: float = 1e-6,
     ) -> None:
-        super().__init__()
-        self.sample_rate = sample_rate
-        self.win = int(round(sample_rate * win_ms / 1000))
-        self.hop = int(round(sample_rate * hop_ms / 1000))
-        self.n_fft = n_fft or 2 ** math.ceil(math.log2(self.win))
+        win = int(round(sample_rate * win_ms / 1000))
+        hop = int(round(sample_rate * hop_ms / 1000))
+        n_fft = n_fft or 2 ** math.ceil(math.log2(win))
+        super().__init__(sample_rate, win, hop, n_fft, mel_filterbank(sample_rate, n_fft, n_mels), eps)
         self.n_mels = n_mels
-        self.eps = eps
-        self.register_buffer("window", torch.hann_window(self.win, periodic=True), persistent=False)
-        fb = mel_filterbank(sample_rate, self.n_fft, n_mels)
-        self.register_buffer("filters", torch.from_numpy(fb.T.copy()), persistent=False)
-
-    def num_frames(self, num_samples: int) -> int:
-        return 1 + max(0, num_samples - self.win) // self.hop
-
-    def forward(self, wave: torch.Tensor) -> torch.Tensor:
-        if wave.shape[-1] < self.win:
-            wave = torch.nn.functional.pad(wave, (0, self.win - wave.shape[-1]))
-        frames = wave.unfold(-1, self.win, self.hop) * self.window  # (B, F, win)
-        power = torch.fft.rfft(frames, n=self.n_fft).abs().pow(2)  # (B, F, n_fft/2+1)
-        return torch.log(power @ self.filters + self.eps)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from app.features.filterbank import FilterbankSpectrogram
 from app.features.logmel import LogMel
 
 
@@ -63,7 +64,7 @@ def band_centres(sample_rate: int, n_bands: int, fmin: float = 50.0, fmax: float
     return np.exp(np.linspace(np.log(fmin), np.log(fmax), n_bands + 2))[1:-1]
 
 
-class LogSpectrogram(torch.nn.Module):
+class LogSpectrogram(FilterbankSpectrogram):
     """Waveform batch (B, T) -> log band power (B, frames, n_bands), paper 000 parameters.
 
     Periodic Hann window of ``win_ms``, hop ``hop_ms``, ``n_fft``-point FFT, no centring:
@@ -80,28 +81,10 @@ class LogSpectrogram(torch.nn.Module):
         fmin: float = 50.0,
         eps: float = 1e-8,
     ) -> None:
-        super().__init__()
-        self.sample_rate = sample_rate
-        self.win = int(round(sample_rate * win_ms / 1000))
-        self.hop = int(round(sample_rate * hop_ms / 1000))
-        if self.win > n_fft:
-            raise ValueError(f"window of {self.win} samples does not fit a {n_fft}-point FFT")
-        self.n_fft = n_fft
+        win = int(round(sample_rate * win_ms / 1000))
+        hop = int(round(sample_rate * hop_ms / 1000))
+        super().__init__(sample_rate, win, hop, n_fft, log_frequency_filterbank(sample_rate, n_fft, n_bands, fmin), eps)
         self.n_bands = n_bands
-        self.eps = eps
-        self.register_buffer("window", torch.hann_window(self.win, periodic=True), persistent=False)
-        bank = log_frequency_filterbank(sample_rate, n_fft, n_bands, fmin)
-        self.register_buffer("filters", torch.from_numpy(bank.T.copy()), persistent=False)
-
-    def num_frames(self, num_samples: int) -> int:
-        return 1 + max(0, num_samples - self.win) // self.hop
-
-    def forward(self, wave: torch.Tensor) -> torch.Tensor:
-        if wave.shape[-1] < self.win:
-            wave = torch.nn.functional.pad(wave, (0, self.win - wave.shape[-1]))
-        frames = wave.unfold(-1, self.win, self.hop) * self.window  # (B, F, win)
-        power = torch.fft.rfft(frames, n=self.n_fft).abs().pow(2)
-        return torch.log(power @ self.filters + self.eps)
 
 
 def build_features(spec: dict[str, Any]) -> torch.nn.Module:

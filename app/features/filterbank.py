@@ -1,0 +1,42 @@
+"""The framing, FFT and band pooling shared by every spectrogram frontend.
+
+Frontends differ only in their filterbank (mel, log-frequency); the STFT, padding and log are
+here once so training and the service compute features the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class FilterbankSpectrogram(torch.nn.Module):
+    """Waveform batch (B, T) -> log band power (B, frames, bands).
+
+    Periodic Hann window of ``win`` samples every ``hop`` samples, ``n_fft``-point FFT, no
+    centring: ``1 + (T - win) // hop`` frames; inputs shorter than one window are zero-padded to
+    one window. ``filters`` is (bands, n_fft // 2 + 1).
+    """
+
+    def __init__(self, sample_rate: int, win: int, hop: int, n_fft: int, filters: np.ndarray, eps: float) -> None:
+        super().__init__()
+        if win > n_fft:
+            raise ValueError(f"window of {win} samples does not fit a {n_fft}-point FFT")
+        self.sample_rate = sample_rate
+        self.win = win
+        self.hop = hop
+        self.n_fft = n_fft
+        self.eps = eps
+        # buffers, not parameters, and not saved: they are recomputed from the config
+        self.register_buffer("window", torch.hann_window(win, periodic=True), persistent=False)
+        self.register_buffer("filters", torch.from_numpy(np.ascontiguousarray(filters.T)), persistent=False)
+
+    def num_frames(self, num_samples: int) -> int:
+        return 1 + max(0, num_samples - self.win) // self.hop
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        if wave.shape[-1] < self.win:
+            wave = torch.nn.functional.pad(wave, (0, self.win - wave.shape[-1]))
+        frames = wave.unfold(-1, self.win, self.hop) * self.window  # (B, F, win)
+        power = torch.fft.rfft(frames, n=self.n_fft).abs().pow(2)  # (B, F, n_fft/2+1)
+        return torch.log(power @ self.filters + self.eps)
