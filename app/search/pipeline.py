@@ -118,8 +118,13 @@ async def _segment_distances(index: CollectionIndex, scans: Scans, query: Query,
         # a concurrent delete may have removed a shortlisted segment since the scan
         candidates = np.asarray([c for c in candidates.tolist() if c in index.float], dtype=np.int64)
         vectors = index.float.reconstruct(candidates)
-        exact = cosine_distance(query.floats, vectors)  # (nq, n)
-        _merge(best, np.broadcast_to(candidates, exact.shape), exact)
+        exact = cosine_distance(query.floats, vectors).min(axis=0)  # min over query windows
+        # keep the best `depth` after re-ranking: the shortlist is oversampled for recall, but
+        # mapping all of it to items would cost more than the scan itself
+        if len(exact) > depth:
+            keep = np.argpartition(exact, depth - 1)[:depth]
+            candidates, exact = candidates[keep], exact[keep]
+        _merge(best, candidates, exact)
     return best
 
 
