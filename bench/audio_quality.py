@@ -34,6 +34,7 @@ from app.encoders.checkpoint import read_config
 from app.encoders.registry import create_encoder, discover
 from app.eval import metrics as eval_metrics
 from app.features.windows import cut_windows
+from app.search.ranking import non_maximum_suppression
 from app.training.audio_data import Record, load_waves, read_manifest
 from app.training.augment import eval_window
 from app.training.retrieval import retrieval_metrics
@@ -159,14 +160,10 @@ def build_recordings(records: list[Record], per_speaker: int, words: int, seed: 
     return recordings
 
 
-def _nms(scores: np.ndarray, times: np.ndarray, k: int) -> list[int]:
-    kept: list[int] = []
-    for i in np.argsort(-scores, kind="stable"):
-        if all(eval_metrics.temporal_iou(tuple(times[i]), tuple(times[j])) <= NMS_IOU for j in kept):
-            kept.append(int(i))
-        if len(kept) == k:
-            break
-    return kept
+def _nms(scores: np.ndarray, times: np.ndarray, k: int) -> list[tuple[float, float, float]]:
+    """The service's own occurrence step (app.search.ranking), so the report measures what users get."""
+    segments = [(float(t0), float(t1), float(-score)) for (t0, t1), score in zip(times, scores)]
+    return non_maximum_suppression(segments, NMS_IOU, k)
 
 
 def localisation(encoders: dict[str, Encoder], records: list[Record], seed: int = 0, queries_per_recording: int = 5) -> dict[str, Any]:
@@ -198,8 +195,7 @@ def localisation(encoders: dict[str, Encoder], records: list[Record], seed: int 
                     s = emb.floats @ query_emb.floats[qi]
                 else:
                     s = -np.abs(_unpack(emb.codes) - _unpack(query_emb.codes[qi : qi + 1])).sum(axis=1) / 2
-                top = _nms(s, times, 5)
-                segments = [("rec", float(times[i, 0]), float(times[i, 1])) for i in top]
+                segments = [("rec", start, end) for start, end, _ in _nms(s, times, 5)]
                 truth = {"rec": [(float(starts[ri][position]), float(starts[ri][position + 1]))]}
                 axiou1.append(eval_metrics.axiou_at_k(segments, truth, 1))
                 axiou5.append(eval_metrics.axiou_at_k(segments, truth, 5))

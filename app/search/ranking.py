@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.eval.metrics import temporal_iou  # one definition for the service and the evaluation
+
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int32)
 
 
@@ -54,12 +56,6 @@ def group_by_item(segment_distance: dict[int, float], segment_items: dict[int, t
             hit.distance, hit.best_segment_id = dist, sid
         hit.segments.append((start, end, dist))
     return sorted(hits.values(), key=lambda h: (h.distance, h.item_id))
-
-
-def temporal_iou(a: tuple[float, float], b: tuple[float, float]) -> float:
-    inter = max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
-    union = max(a[1], b[1]) - min(a[0], b[0])
-    return inter / union if union > 0 else 0.0
 
 
 def non_maximum_suppression(segments: list[tuple[float, float, float]], iou: float, limit: int) -> list[tuple[float, float, float]]:
