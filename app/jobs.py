@@ -20,6 +20,7 @@ from typing import Any
 from app.errors import NotFound
 from app.ingest import Upload, ingest
 from app.services import Services
+from app.worker.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +60,7 @@ class JobRunner:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
 
     def submit(self, collection: str, uploads: list[Upload]) -> dict[str, Any]:
         """Persist the files, then queue the job; returns its public state."""

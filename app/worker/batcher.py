@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from app.errors import Overloaded, Unhealthy
+from app.worker.tasks import cancel_and_wait
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -95,13 +96,8 @@ class DynamicBatcher(Generic[In, Out]):
     async def stop(self) -> None:
         """Cancel the loop and fail every waiting request with Unhealthy."""
         self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         while self._queue:
             group = self._queue.popleft()
             if not group.future.done():
