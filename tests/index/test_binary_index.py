@@ -186,6 +186,40 @@ def test_shared_scan_kernel_matches_exact_across_blocks(rng: np.random.Generator
     assert_knn_consistent(distances, rows, exact.hamming_distances(queries, codes), np.arange(2500), k, ascending=True)
 
 
+@pytest.mark.parametrize(("block_rows", "sub_rows"), [(64, 16), (100, 30), (1000, 7), (512, 512), (40, 100)])
+@pytest.mark.parametrize("k", [1, 10, 200])
+def test_shared_scan_sub_blocks_match_exact(rng: np.random.Generator, block_rows: int, sub_rows: int, k: int) -> None:
+    # Sub-block heap insertion: sub-blocks that do not divide the block, sub-blocks larger than
+    # the block, and clustered codes whose ties sit exactly at the heap root.
+    from app.index._hamming import knn_hamming_batched
+
+    codes = clustered_codes(rng, 2500, 256, centres=5)
+    queries = np.concatenate([codes[:6], random_codes(rng, 10, 256)])
+    distances, rows = knn_hamming_batched(queries, codes, k, block_rows, sub_rows=sub_rows)
+    assert_knn_consistent(distances, rows, exact.hamming_distances(queries, codes), np.arange(2500), k, ascending=True)
+
+
+def test_shared_scan_accepts_non_contiguous_database(rng: np.random.Generator) -> None:
+    from app.index._hamming import knn_hamming_batched
+
+    wide = random_codes(rng, 600, 256)
+    codes = wide[::2]  # strided rows: the kernel must not address them as a packed block
+    queries = random_codes(rng, 5, 256)
+    distances, rows = knn_hamming_batched(queries, codes, 7, 64, sub_rows=16)
+    assert_knn_consistent(distances, rows, exact.hamming_distances(queries, codes), np.arange(300), 7, ascending=True)
+
+
+@pytest.mark.parametrize("nq", [1, 2, 3, 4, 16])
+def test_every_batch_size_matches_exact(rng: np.random.Generator, nq: int) -> None:
+    # Whichever kernel a batch size picks (heap below BATCHED_MIN_QUERIES, shared scan above).
+    from app.index._hamming import knn_hamming
+
+    codes = clustered_codes(rng, 3000, 256, centres=6)
+    queries = np.concatenate([codes[:nq // 2], random_codes(rng, nq - nq // 2, 256)])
+    distances, rows = knn_hamming(queries, codes, 12, block_rows=256)
+    assert_knn_consistent(distances, rows, exact.hamming_distances(queries, codes), np.arange(3000), 12, ascending=True)
+
+
 def test_kernel_choice_does_not_change_results(rng: np.random.Generator) -> None:
     from app.index._hamming import knn_hamming, knn_hamming_heap
 
