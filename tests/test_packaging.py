@@ -1,0 +1,21 @@
+"""The container installs the project as a wheel (`pip install .`): checkpoints and the page must be in it."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_wheel_carries_default_checkpoints_and_web_page(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = tmp_path.glob("recall-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    checkpoints = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "app/assets/models").rglob("*") if p.is_file())
+    assert checkpoints and set(checkpoints) <= names
+    assert "app/web/static/index.html" in names
+    assert any(n.endswith("entry_points.txt") for n in names)
