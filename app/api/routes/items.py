@@ -7,7 +7,7 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from app.api.deps import JobsDep, ServicesDep
 from app.api.uploads import ingest_uploads
-from app.errors import NotFound, ServiceError
+from app.errors import NotFound
 from app.ingest import ingest
 
 router = APIRouter(tags=["items"])
@@ -89,5 +89,3 @@ def read_job(job_id: str, jobs: JobsDep) -> dict:
 def _public(item: dict) -> dict:
     return {k: v for k, v in item.items() if k != "media_path"}
 
-
-__all__ = ["router", "ServiceError"]
