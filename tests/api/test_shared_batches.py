@@ -40,3 +40,37 @@ def test_concurrent_queries_share_encoder_batches(tmp_path):
                 assert scan.inputs >= n and np.max(scan.batch_sizes) > 1
 
     asyncio.run(main())
+
+
+def test_a_full_encoder_queue_answers_429_and_changes_nothing(tmp_path):
+    settings = make_settings(tmp_path, batching={"max_batch_size": 1, "max_wait_ms": 0, "max_queue": 1})
+    app = create_app(settings)
+
+    async def main():
+        async with LifespanManager(app) as manager:
+            transport = httpx.ASGITransport(app=manager.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                await client.post("/v1/collections", json={"name": "a", "modality": "audio"})
+                encoder = manager._state["services"].encoders.encoders["audio-baseline"]
+                original = encoder.encode
+
+                def slow(batch):
+                    import time
+
+                    time.sleep(1.0)  # one request busy in the model, one queued: the third has no room
+                    return original(batch)
+
+                encoder.encode = slow
+                posts = [
+                    client.post("/v1/collections/a/items", files=[("files", (f"f{i}.wav", tone_wav(300 + 100 * i)))])
+                    for i in range(4)
+                ]
+                responses = await asyncio.gather(*posts)
+                codes = sorted(r.status_code for r in responses)
+                assert 429 in codes and 200 in codes, codes
+                refused = [r for r in responses if r.status_code == 429]
+                assert all(r.json()["error"]["code"] == "overloaded" for r in refused)
+                stats = (await client.get("/v1/collections/a")).json()
+                assert stats["items"] == codes.count(200) == stats["indexed_segments"]
+
+    asyncio.run(main())
