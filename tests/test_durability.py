@@ -90,3 +90,32 @@ def test_acknowledged_writes_survive_sigkill(tmp_path):
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
+
+
+@pytest.mark.slow
+def test_an_accepted_job_survives_sigkill(tmp_path):
+    """A 202 is an acknowledgement too: the job's files are on disk and it resumes after a crash."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _start(tmp_path / "data", port)
+    files = [("files", (f"j{i}.wav", tone_wav(200 + 20 * i, seconds=4.0))) for i in range(40)]
+    try:
+        httpx.post(f"{url}/v1/collections", json={"name": "j", "modality": "audio"})
+        accepted = httpx.post(f"{url}/v1/collections/j/items?wait=false", files=files, timeout=60)
+        assert accepted.status_code == 202
+        job_id = accepted.json()["id"]
+    finally:
+        proc.send_signal(signal.SIGKILL)  # at once: most of the job is still to do
+        proc.wait()
+    proc = _start(tmp_path / "data", port)
+    try:
+        deadline = time.time() + 120
+        while (job := httpx.get(f"{url}/v1/jobs/{job_id}").json())["status"] != "completed":
+            assert job["status"] in ("queued", "running") and time.time() < deadline, job
+            time.sleep(0.2)
+        stats = httpx.get(f"{url}/v1/collections/j").json()
+        assert job["indexed"] == 40 and job["errors"] == [] and stats["items"] == 40
+        assert stats["segments"] == stats["indexed_segments"]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
