@@ -1,6 +1,7 @@
 """N concurrent HTTP queries make fewer than N encoder calls (and share index scans)."""
 
 import asyncio
+from contextlib import asynccontextmanager
 
 import httpx
 import numpy as np
@@ -10,67 +11,68 @@ from app.main import create_app
 from tests.conftest import make_settings, tone_wav
 
 
+@asynccontextmanager
+async def running_app(settings):
+    """The app with its lifespan running, an async client on it, and the app's services."""
+    async with LifespanManager(create_app(settings)) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            await client.post("/v1/collections", json={"name": "a", "modality": "audio"})
+            yield client, manager._state["services"]
+
+
 def test_concurrent_queries_share_encoder_batches(tmp_path):
     settings = make_settings(tmp_path, batching={"max_batch_size": 16, "max_wait_ms": 50})
-    app = create_app(settings)
 
     async def main():
-        async with LifespanManager(app) as manager:
-            transport = httpx.ASGITransport(app=manager.app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-                await client.post("/v1/collections", json={"name": "a", "modality": "audio"})
-                files = [("files", (f"t{i}.wav", tone_wav(200 + 300 * i))) for i in range(4)]
-                await client.post("/v1/collections/a/items", files=files)
-                services = manager._state["services"]
-                encoder = services.encoders.encoders["audio-baseline"]
-                calls = []
-                original = encoder.encode
-                encoder.encode = lambda batch: calls.append(len(batch)) or original(batch)
-                n = 12
-                queries = [
-                    client.post("/v1/collections/a/search", files={"file": ("q.wav", tone_wav(200 + 300 * (i % 4)))}, data={"k": "1"})
-                    for i in range(n)
-                ]
-                responses = await asyncio.gather(*queries)
-                assert all(r.status_code == 200 for r in responses)
-                for i, r in enumerate(responses):
-                    assert r.json()["results"][0]["id"] == f"t{i % 4}.wav"
-                assert sum(calls) == n and len(calls) < n, calls
-                scan = services.collections["a"].scans.binary._batcher.stats
-                assert scan.inputs >= n and np.max(scan.batch_sizes) > 1
+        async with running_app(settings) as (client, services):
+            files = [("files", (f"t{i}.wav", tone_wav(200 + 300 * i))) for i in range(4)]
+            await client.post("/v1/collections/a/items", files=files)
+            encoder = services.encoders.encoders["audio-baseline"]
+            calls = []
+            original = encoder.encode
+            encoder.encode = lambda batch: calls.append(len(batch)) or original(batch)
+            n = 12
+            queries = [
+                client.post("/v1/collections/a/search", files={"file": ("q.wav", tone_wav(200 + 300 * (i % 4)))}, data={"k": "1"})
+                for i in range(n)
+            ]
+            responses = await asyncio.gather(*queries)
+            assert all(r.status_code == 200 for r in responses)
+            for i, r in enumerate(responses):
+                assert r.json()["results"][0]["id"] == f"t{i % 4}.wav"
+            assert sum(calls) == n and len(calls) < n, calls
+            scan = services.collections["a"].scans.binary._batcher.stats
+            assert scan.inputs >= n and np.max(scan.batch_sizes) > 1
 
     asyncio.run(main())
 
 
 def test_a_full_encoder_queue_answers_429_and_changes_nothing(tmp_path):
     settings = make_settings(tmp_path, batching={"max_batch_size": 1, "max_wait_ms": 0, "max_queue": 1})
-    app = create_app(settings)
 
     async def main():
-        async with LifespanManager(app) as manager:
-            transport = httpx.ASGITransport(app=manager.app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-                await client.post("/v1/collections", json={"name": "a", "modality": "audio"})
-                encoder = manager._state["services"].encoders.encoders["audio-baseline"]
-                original = encoder.encode
+        async with running_app(settings) as (client, services):
+            encoder = services.encoders.encoders["audio-baseline"]
+            original = encoder.encode
 
-                def slow(batch):
-                    import time
+            def slow(batch):
+                import time
 
-                    time.sleep(1.0)  # one request busy in the model, one queued: the third has no room
-                    return original(batch)
+                time.sleep(1.0)  # one request busy in the model, one queued: the third has no room
+                return original(batch)
 
-                encoder.encode = slow
-                posts = [
-                    client.post("/v1/collections/a/items", files=[("files", (f"f{i}.wav", tone_wav(300 + 100 * i)))])
-                    for i in range(4)
-                ]
-                responses = await asyncio.gather(*posts)
-                codes = sorted(r.status_code for r in responses)
-                assert 429 in codes and 200 in codes, codes
-                refused = [r for r in responses if r.status_code == 429]
-                assert all(r.json()["error"]["code"] == "overloaded" for r in refused)
-                stats = (await client.get("/v1/collections/a")).json()
-                assert stats["items"] == codes.count(200) == stats["indexed_segments"]
+            encoder.encode = slow
+            posts = [
+                client.post("/v1/collections/a/items", files=[("files", (f"f{i}.wav", tone_wav(300 + 100 * i)))])
+                for i in range(4)
+            ]
+            responses = await asyncio.gather(*posts)
+            codes = sorted(r.status_code for r in responses)
+            assert 429 in codes and 200 in codes, codes
+            refused = [r for r in responses if r.status_code == 429]
+            assert all(r.json()["error"]["code"] == "overloaded" for r in refused)
+            stats = (await client.get("/v1/collections/a")).json()
+            assert stats["items"] == codes.count(200) == stats["indexed_segments"]
 
     asyncio.run(main())
