@@ -11,7 +11,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     RECALL_HOST=0.0.0.0 \
     RECALL_PORT=8000 \
     RECALL_DATA_DIR=/data \
-    RECALL_DEVICE=cpu
+    RECALL_DEVICE=cpu \
+    NUMBA_CACHE_DIR=/tmp/numba-cache
 
 # ffmpeg: PyAV fallback decoding (M4A, WebM, video sound tracks); libsndfile1: soundfile;
 # espeak-ng: speech synthesis used by the audio tools.

@@ -15,6 +15,7 @@ from typing import Any
 
 from app.encoders.registry import discover
 from app.errors import Conflict, InvalidInput, NotFound
+from app.index import warm_up_hamming_kernels
 from app.metrics import Metrics
 from app.search.pipeline import Scans
 from app.search.scan import SharedScan
@@ -70,6 +71,9 @@ class Services:
         import torch
 
         torch.set_num_threads(self.settings.torch_threads)
+        # The Hamming kernels are compiled on first use (seconds; milliseconds from numba's
+        # on-disk cache): pay for it here, not in the first user's query.
+        await asyncio.to_thread(warm_up_hamming_kernels)
         wanted = {self.settings.encoders.default_audio, self.settings.encoders.default_image, *self.settings.encoders.preload}
         for collection in self.catalog.list_collections():
             wanted.add(collection.encoder)

@@ -17,6 +17,7 @@ Pass many queries in one ``search`` call when they arrive together: a batch shar
 See :mod:`app.index.base` for the interface.
 """
 
+from app.index._hamming_kernels import warm_up as warm_up_hamming_kernels
 from app.index.base import PAD_ID, DuplicateIdError, SnapshotError, VectorIndex
 from app.index.binary_index import HAMMING_PAD, BinaryIndex
 from app.index.float_index import FloatIndex, cosine_distance
@@ -30,4 +31,5 @@ __all__ = [
     "SnapshotError",
     "VectorIndex",
     "cosine_distance",
+    "warm_up_hamming_kernels",
 ]

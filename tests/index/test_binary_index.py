@@ -173,40 +173,49 @@ def test_memory_bytes_counts_codes_and_ids(rng: np.random.Generator) -> None:
     assert 56 * 10_000 <= index.memory_bytes() <= 2 * 56 * 10_000 + 100_000
 
 
-@pytest.mark.parametrize("block_rows", [64, 100, 1000])
+@pytest.mark.parametrize("block_rows", [1, 64, 100, 1000])
 @pytest.mark.parametrize("k", [1, 10, 200])
-def test_shared_scan_kernel_matches_exact_across_blocks(rng: np.random.Generator, block_rows: int, k: int) -> None:
-    # Small blocks put block boundaries, the seed block and ragged tails inside small data;
-    # clustered codes make thresholds tie often.
-    from app.index._hamming import knn_hamming_batched
+@pytest.mark.parametrize("bits", [64, 128, 256, 512])
+def test_shared_scan_kernel_matches_exact_across_blocks(rng: np.random.Generator, block_rows: int, k: int, bits: int) -> None:
+    # Small blocks put block boundaries and ragged tails inside small data; clustered codes
+    # make distances tie often, also exactly at the k-th best. 256 bits takes the kernel's
+    # four-word path, the other widths the generic one.
+    from app.index._hamming_kernels import knn_hamming_shared
 
-    codes = clustered_codes(rng, 2500, 128, centres=5)
-    queries = np.concatenate([codes[:4], random_codes(rng, 5, 128)])
-    distances, rows = knn_hamming_batched(queries, codes, k, block_rows)
+    codes = clustered_codes(rng, 2500, bits, centres=5)
+    queries = np.concatenate([codes[:4], random_codes(rng, 5, bits)])
+    distances, rows = knn_hamming_shared(queries, codes, k, block_rows)
     assert_knn_consistent(distances, rows, exact.hamming_distances(queries, codes), np.arange(2500), k, ascending=True)
 
 
-@pytest.mark.parametrize(("block_rows", "sub_rows"), [(64, 16), (100, 30), (1000, 7), (512, 512), (40, 100)])
-@pytest.mark.parametrize("k", [1, 10, 200])
-def test_shared_scan_sub_blocks_match_exact(rng: np.random.Generator, block_rows: int, sub_rows: int, k: int) -> None:
-    # Sub-block heap insertion: sub-blocks that do not divide the block, sub-blocks larger than
-    # the block, and clustered codes whose ties sit exactly at the heap root.
-    from app.index._hamming import knn_hamming_batched
+def test_shared_scan_distances_equal_a_bit_count(rng: np.random.Generator) -> None:
+    # Hand-checkable reference: numpy's unpackbits count of the XOR, row by row.
+    from app.index._hamming_kernels import knn_hamming_shared
 
-    codes = clustered_codes(rng, 2500, 256, centres=5)
-    queries = np.concatenate([codes[:6], random_codes(rng, 10, 256)])
-    distances, rows = knn_hamming_batched(queries, codes, k, block_rows, sub_rows=sub_rows)
-    assert_knn_consistent(distances, rows, exact.hamming_distances(queries, codes), np.arange(2500), k, ascending=True)
+    codes = random_codes(rng, 50, 256)
+    queries = random_codes(rng, 3, 256)
+    distances, rows = knn_hamming_shared(queries, codes, 50)
+    for q in range(3):
+        counted = np.unpackbits(np.bitwise_xor(codes[rows[q]], queries[q]), axis=1).sum(axis=1)
+        np.testing.assert_array_equal(distances[q], counted)
+        assert (np.diff(distances[q]) >= 0).all()
 
 
 def test_shared_scan_accepts_non_contiguous_database(rng: np.random.Generator) -> None:
-    from app.index._hamming import knn_hamming_batched
+    from app.index._hamming_kernels import knn_hamming_shared
 
     wide = random_codes(rng, 600, 256)
     codes = wide[::2]  # strided rows: the kernel must not address them as a packed block
     queries = random_codes(rng, 5, 256)
-    distances, rows = knn_hamming_batched(queries, codes, 7, 64, sub_rows=16)
+    distances, rows = knn_hamming_shared(queries, codes, 7, 64)
     assert_knn_consistent(distances, rows, exact.hamming_distances(queries, codes), np.arange(300), 7, ascending=True)
+
+
+def test_shared_scan_rejects_partial_words(rng: np.random.Generator) -> None:
+    from app.index._hamming_kernels import knn_hamming_shared
+
+    with pytest.raises(ValueError, match="64-bit words"):
+        knn_hamming_shared(random_codes(rng, 3, 24), random_codes(rng, 10, 24), 2)
 
 
 @pytest.mark.parametrize("nq", [1, 2, 3, 4, 16])
@@ -231,11 +240,11 @@ def test_kernel_choice_does_not_change_results(rng: np.random.Generator) -> None
 
 
 def test_shared_scan_kernel_pads_when_k_exceeds_rows(rng: np.random.Generator) -> None:
-    from app.index._hamming import knn_hamming_batched
+    from app.index._hamming_kernels import knn_hamming_shared
 
     codes = random_codes(rng, 7, 64)
     queries = random_codes(rng, 6, 64)
-    distances, rows = knn_hamming_batched(queries, codes, 10, 4)
+    distances, rows = knn_hamming_shared(queries, codes, 10, 4)
     assert_knn_consistent(distances, rows, exact.hamming_distances(queries, codes), np.arange(7), 10, ascending=True)
     assert (distances[:, 7:] == HAMMING_PAD).all()
 
