@@ -60,6 +60,14 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--description", default="")
     p.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt")
+    p.add_argument("--extra-manifest", dest="extra_manifests", action="append", default=[], metavar="PATH",
+                   help="synthetic or other extra data (a manifest or pack, repeatable), e.g. from "
+                        "`python -m app.training.synth_speech`: added to the TRAINING split only, never to "
+                        "validation or the holdout; its speakers/labels must not be validation or held-out ones. "
+                        "Labels found only here with a single clip are used as negatives only")
+    p.add_argument("--init-from", metavar="CHECKPOINT_DIR",
+                   help="start from this checkpoint's weights (fine-tuning); refused unless its family, sample rate, "
+                        "window, bits, features and network (dropout aside) equal the ones asked for")
     p.set_defaults(func=run)
 
 
@@ -81,10 +89,15 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience, lr_patience=args.lr_patience,
         seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
         mining=args.mining, augment=args.augment, cache_dir=args.cache_dir or None, threads=args.threads,
-        device=args.device, description=args.description,
-        command="recall train audio " + " ".join(shlex.quote(a) for a in _own_arguments()),
+        device=args.device, description=args.description, extra_manifests=args.extra_manifests, init_from=args.init_from,
+        command="recall train audio " + " ".join(shlex.quote(a) for a in getattr(args, "argv", None) or _own_arguments()),
     )
-    metrics = Trainer(cfg).run(resume=args.resume)
+    try:
+        trainer = Trainer(cfg)
+    except ValueError as exc:  # bad manifest, split, extra data or --init-from (CheckpointError): say what, no traceback
+        print(f"recall train audio: error: {exc}", file=sys.stderr)
+        return 2
+    metrics = trainer.run(resume=args.resume)
     print(f"best epoch {metrics['best_epoch']}: val MAP {metrics['val_map']:.4f} "
           f"(Hamming {metrics['val_map_hamming']:.4f}) -> {args.out}")
     return 0
@@ -95,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m app.training.audio_cli")
     add_parser(parser.add_subparsers(dest="what", required=True))
     args = parser.parse_args(["audio", *(sys.argv[1:] if argv is None else argv)])
+    args.argv = sys.argv[1:] if argv is None else argv  # the options the run records as its command
     return int(args.func(args))
 
 

@@ -119,6 +119,26 @@ def split_records(
     )
 
 
+def with_extra_training(splits: Splits, extra: list[Record], by: str, holdout: list[str] | tuple[str, ...] = ()) -> Splits:
+    """``splits`` with ``extra`` records (synthetic or other extra data) added to training only.
+
+    Validation and test stay exactly the main manifest's, so their numbers stay comparable with
+    a run without extra data. An extra record whose speaker (or label, when split by label) is a
+    validation or test group would leak that group into training, so it is refused. ``holdout``
+    names the test groups too, for a pack that already left them out (``splits.test`` is empty).
+
+    Raises:
+        ValueError: an extra record belongs to a validation or test group.
+    """
+    group_of = (lambda r: r.speaker) if by == "speaker" else (lambda r: r.label)
+    kept_out = {group_of(r) for r in splits.val + splits.test} | set(holdout)
+    leaks = sorted({group_of(r) for r in extra} & kept_out)
+    if leaks:
+        raise ValueError(f"extra data has {by}s {leaks[:5]} that are validation or held-out {by}s of the manifest; "
+                         "they must never be trained on")
+    return Splits(train=splits.train + list(extra), val=splits.val, test=splits.test)
+
+
 def load_wave(record: Record, sample_rate: int) -> np.ndarray:
     """Mono float32 waveform of a record at ``sample_rate`` (soxr resampling when needed)."""
     import soundfile as sf

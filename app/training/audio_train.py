@@ -20,8 +20,8 @@ import torch
 
 from app.encoders import attn_hash, siamese
 from app.encoders._trained_audio import build_parts
-from app.encoders.checkpoint import save_checkpoint
-from app.training.audio_data import load_waves, read_manifest, read_pack, split_records
+from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict, save_checkpoint
+from app.training.audio_data import Record, load_waves, read_manifest, read_pack, split_records, with_extra_training
 from app.training.augment import AugmentConfig, eval_window, training_window
 from app.training.losses import HashLossWeights, contrastive_loss, hashing_objective
 from app.training.retrieval import cosine_scores, hamming_scores, retrieval_metrics
@@ -77,6 +77,8 @@ class TrainConfig:
     device: str = "cpu"
     description: str = ""
     command: str = ""
+    extra_manifests: list[str] = field(default_factory=list)  # training-only extra data (e.g. synth_speech)
+    init_from: str | None = None  # checkpoint directory whose weights start the run (fine-tuning)
 
     def __post_init__(self) -> None:
         if not (8 <= self.bits <= 2048 and self.bits % 8 == 0):
@@ -126,6 +128,27 @@ def build_model(config: dict[str, Any]) -> tuple[torch.nn.Module, torch.nn.Modul
     return build_parts(config, config["family"], BUILDERS[config["family"]])
 
 
+# Architecture and frontend keys that must be equal for --init-from: they decide what the weights
+# mean. Dropout is left out on purpose (no weights; fine-tuning often changes it), and so are the
+# name, hop and description (service defaults, not the model).
+_INIT_KEYS = ("family", "sample_rate", "window_s", "bits", "features")
+
+
+def init_mismatches(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
+    """What differs between a checkpoint's config and a run's, as "key: checkpoint X, requested Y"."""
+    found = [f"{k}: checkpoint {stored.get(k)!r}, requested {requested.get(k)!r}" for k in _INIT_KEYS if stored.get(k) != requested.get(k)]
+    arch_s, arch_r = stored.get("arch", {}), requested.get("arch", {})
+    found += [f"arch.{k}: checkpoint {arch_s.get(k)!r}, requested {arch_r.get(k)!r}"
+              for k in sorted(set(arch_s) | set(arch_r)) if k != "dropout" and arch_s.get(k) != arch_r.get(k)]
+    return found
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _seed_everything(seed: int) -> np.random.Generator:
     random.seed(seed)
     torch.manual_seed(seed)
@@ -141,6 +164,16 @@ def _set_input_stats(net: torch.nn.Module, features: torch.nn.Module, windows: n
     net.input_std.copy_(flat.std(0).clamp_min(1e-3))
 
 
+def _describe_extra(path: str, records: list[Record]) -> dict[str, Any]:
+    """What an extra manifest added, and how it was made when synth_speech wrote it."""
+    described: dict[str, Any] = {"path": path, "clips": len(records), "labels": len({r.label for r in records}),
+                                 "speakers": len({r.speaker for r in records})}
+    made_by = (Path(path) if Path(path).is_dir() else Path(path).parent) / "synth.json"
+    if made_by.is_file():
+        described["synth_command"] = json.loads(made_by.read_text()).get("command", "")
+    return described
+
+
 class Trainer:
     """Holds the data, the model and the optimiser of one run; :meth:`run` trains it."""
 
@@ -148,24 +181,34 @@ class Trainer:
         self.cfg = cfg
         torch.set_num_threads(cfg.threads)
         self.rng = _seed_everything(cfg.seed)
-        if cfg.manifest.endswith(".npz"):  # a pack: records and audio in one file (see audio_data)
-            records, packed = read_pack(cfg.manifest, cfg.sample_rate)
-            lookup = dict(zip((r.path for r in records), packed))
-            waves_of = lambda recs: [lookup[r.path] for r in recs]  # noqa: E731
-        else:
-            records = read_manifest(cfg.manifest)
-            waves_of = lambda recs: load_waves(recs, cfg.sample_rate, cfg.cache_dir)  # noqa: E731
-        self.splits = split_records(records, cfg.split_by, cfg.holdout, cfg.val_groups, cfg.seed,
-                                    allow_absent=cfg.manifest.endswith(".npz"))
-        self.train_waves = waves_of(self.splits.train)
-        self.val_waves = waves_of(self.splits.val)
-        self.index = LabelIndex([r.label for r in self.splits.train], [r.speaker for r in self.splits.train])
+        records, waves_of = self._source(cfg.manifest)
+        splits = split_records(records, cfg.split_by, cfg.holdout, cfg.val_groups, cfg.seed,
+                               allow_absent=cfg.manifest.endswith(".npz"))
+        self.train_waves = waves_of(splits.train)
+        self.val_waves = waves_of(splits.val)
+        # extra data joins the training split only; validation and test stay the main manifest's
+        extra: list[Record] = []
+        self.extra_data: list[dict[str, Any]] = []
+        for path in cfg.extra_manifests:
+            extra_records, extra_waves_of = self._source(path)
+            extra += extra_records
+            self.train_waves += extra_waves_of(extra_records)
+            self.extra_data.append(_describe_extra(path, extra_records))
+        self.splits = with_extra_training(splits, extra, cfg.split_by, cfg.holdout)
+        # labels only extra data has may have a single clip: negatives only (see LabelIndex)
+        extra_only = {r.label for r in extra} - {r.label for r in splits.train}
+        self.index = LabelIndex([r.label for r in self.splits.train], [r.speaker for r in self.splits.train],
+                                negatives_only=extra_only)
+        if extra:
+            print(f"extra training data: {len(extra)} clips, {len({r.label for r in extra})} labels "
+                  f"({len(extra_only)} not in the manifest; {len(self.index.singletons)} with one clip, used as negatives only)")
         self.config = model_config(cfg)
         self.features, self.net = build_model(self.config)
         self.window = int(round(cfg.window_s * cfg.sample_rate))
         sample = self.rng.choice(len(self.train_waves), size=min(2000, len(self.train_waves)), replace=False)
         _set_input_stats(self.net, self.features, self._eval_windows([self.train_waves[i] for i in sample]),
                          per_dim=cfg.model == "siamese-mlp")
+        self.init_from = self._load_init(cfg.init_from) if cfg.init_from else None  # after the stats: its own win
         self.features.to(cfg.device)
         self.net.to(cfg.device)
         self.optimiser = torch.optim.Adam(self.net.parameters(), lr=cfg.lr)
@@ -176,6 +219,37 @@ class Trainer:
         self.out = Path(cfg.out)
         self.state_path = self.out / "train_state.pt"
         self.epoch, self.best, self.bad_epochs, self.history = 0, -1.0, 0, []
+
+    def _source(self, manifest: str) -> tuple[list[Record], Any]:
+        """Records of a manifest or pack, and a function giving their waveforms."""
+        cfg = self.cfg
+        if manifest.endswith(".npz"):  # a pack: records and audio in one file (see audio_data)
+            records, packed = read_pack(manifest, cfg.sample_rate)
+            lookup = dict(zip((r.path for r in records), packed))
+            return records, lambda recs: [lookup[r.path] for r in recs]
+        return read_manifest(manifest), lambda recs: load_waves(recs, cfg.sample_rate, cfg.cache_dir)
+
+    def _load_init(self, directory: str) -> dict[str, Any]:
+        """Start from a checkpoint's weights (input statistics included); refuse another architecture.
+
+        Raises:
+            CheckpointError: the checkpoint's family, rate, window, bits, frontend or network
+                differ from this run's, or its weights do not fit its own config.
+        """
+        state, stored = load_checkpoint(directory)
+        mismatches = init_mismatches(stored, self.config)
+        if mismatches:
+            command = stored.get("training", {}).get("command", "")
+            raise CheckpointError(
+                f"--init-from {directory}: the checkpoint's architecture or features differ from this run's: "
+                + "; ".join(mismatches)
+                + (f". Pass the options it was trained with: {command}" if command else "")
+            )
+        build_parts(stored, stored["family"], BUILDERS[stored["family"]])  # its config fits this code
+        load_state_strict(self.net, state, str(directory))
+        return {"path": str(directory), "name": stored.get("name"),
+                "weights_sha256": _file_sha256(Path(directory) / "weights.safetensors"),
+                "command": stored.get("training", {}).get("command", "")}
 
     # ---- batches -------------------------------------------------------------------------
     def _eval_windows(self, waves: list[np.ndarray]) -> np.ndarray:
@@ -284,9 +358,11 @@ class Trainer:
 
     def save_checkpoint(self, metrics: dict[str, Any]) -> None:
         self._finalise_codes()
-        config = {**self.config, "split": {"by": self.cfg.split_by, "holdout": self.cfg.holdout,
-                                           "val": sorted({getattr(r, self.cfg.split_by) for r in self.splits.val})}}
-        save_checkpoint(self.out, self.net.state_dict(), config, metrics)
+        provenance = {"init_from": self.init_from, "extra_data": self.extra_data}
+        config = {**self.config, **provenance,
+                  "split": {"by": self.cfg.split_by, "holdout": self.cfg.holdout,
+                            "val": sorted({getattr(r, self.cfg.split_by) for r in self.splits.val})}}
+        save_checkpoint(self.out, self.net.state_dict(), config, {**metrics, **provenance})
 
     # ---- the loop ------------------------------------------------------------------------
     def run(self, resume: bool = False) -> dict[str, Any]:
