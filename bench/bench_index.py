@@ -168,10 +168,17 @@ def bench_binary_large(n: int, probe: BandwidthProbe, repeats: int, rng: np.rand
 
 
 def bench_binary_vs_float(n: int, repeats: int, rng: np.random.Generator) -> dict:
-    """One query (and 16) at n rows: 256-bit codes vs 128-d float32 vectors."""
+    """One query (and 16) at n rows: 128-d float32 vectors vs binary codes.
+
+    Two binary variants: the sign bits of the same 128-d vectors (128 bits, what the baseline
+    encoders store as a float's code: ``bits = dim``) and 256-bit codes (the trained models'
+    default width).
+    """
     binary = BinaryIndex(BITS, shards=2)
     binary.add(np.arange(n), random_codes(rng, n))
     vectors = unit_vectors(rng, n)
+    signs = BinaryIndex(DIM, shards=2)
+    signs.add(np.arange(n), np.packbits(vectors > 0, axis=1, bitorder="little"))
     floats = {"default": FloatIndex(DIM, shards=2, check_norm=False), "1_thread": _OneThreadFloat(DIM, shards=2)}
     for index in floats.values():
         index.add(np.arange(n), vectors)
@@ -180,9 +187,11 @@ def bench_binary_vs_float(n: int, repeats: int, rng: np.random.Generator) -> dic
     del vectors
     bq = random_codes(rng, 16 * QUERY_POOL)
     fq = unit_vectors(rng, 16 * QUERY_POOL)
+    sq = np.packbits(fq > 0, axis=1, bitorder="little")
     one = interleaved(
         {
             "binary_ours": lambda r: binary.search(pick(bq, r, 1), K),
+            "sign_code_128_bits": lambda r: signs.search(pick(sq, r, 1), K),
             "float_ours": lambda r: floats["default"].search(pick(fq, r, 1), K),
             "float_ours_1_thread": lambda r: floats["1_thread"].search(pick(fq, r, 1), K),
             "float_faiss_default": lambda r: faiss_default_float_search(flat_ip, pick(fq, r, 1)),
@@ -193,6 +202,7 @@ def bench_binary_vs_float(n: int, repeats: int, rng: np.random.Generator) -> dic
     batch = interleaved(
         {
             "binary_ours": lambda r: binary.search(pick(bq, r, 16), K),
+            "sign_code_128_bits": lambda r: signs.search(pick(sq, r, 16), K),
             "float_ours": lambda r: floats["default"].search(pick(fq, r, 16), K),
         },
         max(3, repeats // 4),
@@ -206,15 +216,20 @@ def bench_binary_vs_float(n: int, repeats: int, rng: np.random.Generator) -> dic
         "float_over_binary_one_query_best": one["float_ours"]["min_ms"] / one["binary_ours"]["min_ms"],
         "float_faiss_default_over_binary_one_query": one["float_faiss_default"]["median_ms"]
         / one["binary_ours"]["median_ms"],
+        # The same 128-d vectors, float vs their own sign codes: the issue's "binary vs float (128-d)".
+        "float_over_sign_code_one_query": one["float_ours"]["median_ms"] / one["sign_code_128_bits"]["median_ms"],
+        "float_over_sign_code_one_query_best": one["float_ours"]["min_ms"] / one["sign_code_128_bits"]["min_ms"],
         "batch16": batch,
         "float_over_binary_batch16": batch["float_ours"]["median_ms"] / batch["binary_ours"]["median_ms"],
+        "float_over_sign_code_batch16": batch["float_ours"]["median_ms"] / batch["sign_code_128_bits"]["median_ms"],
         "bytes_ratio": (DIM * 4) / (BITS // 8),
+        "bytes_ratio_sign_code": (DIM * 4) / (DIM // 8),
         "note": "one query is memory-bound for floats, and for codes once the code array outgrows the "
         "last-level cache (1e6 x 32 B = 32 MB = this machine's L3), so float/binary tends to the bytes ratio; "
         "our float scan is ~2-3x faster than FAISS' default IndexFlatIP call, which lowers the ratio",
-        "targets": {"float_over_binary_one_query": ">= 20"},
+        "targets": {"float_over_sign_code_one_query": ">= 20"},
     }
-    del binary, floats, flat_ip
+    del binary, signs, floats, flat_ip
     gc.collect()
     return result
 
@@ -277,6 +292,8 @@ def main(argv: list[str] | None = None) -> dict:
         "shared_scan_cpu_gain": round(large["shared_scan_cpu_gain"], 2),
         "float_over_binary": round(compare["float_over_binary_one_query"], 1),
         "float_over_binary_best": round(compare["float_over_binary_one_query_best"], 1),
+        "float_over_sign_code": round(compare["float_over_sign_code_one_query"], 1),
+        "float_over_sign_code_best": round(compare["float_over_sign_code_one_query_best"], 1),
     }
     print(json.dumps(summary))
     return result
