@@ -55,6 +55,8 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--mining", choices=["random", "semihard", "hard"], default="semihard",
                    help="attn-hash negatives: random (paper 004; learnt far slower here) or mined in the batch")
     p.add_argument("--no-augment", dest="augment", action="store_false")
+    p.add_argument("--spec-augment", action="store_true",
+                   help="attn-hash: also mask random mel bands and frames (SpecAugment) in training")
     p.add_argument("--cache-dir", default="/tmp/recall-audio-cache", help="decoded-audio cache ('' disables)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
@@ -88,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         window_s=args.window, hop_s=args.hop, hidden=args.hidden, heads=args.heads, d_a=args.d_a, hash_norm=args.hash_norm, output_relu=args.output_relu, dropout=args.dropout,
         epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience, lr_patience=args.lr_patience,
         seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
-        mining=args.mining, augment=args.augment, cache_dir=args.cache_dir or None, threads=args.threads,
+        mining=args.mining, augment=args.augment, spec_augment=args.spec_augment, cache_dir=args.cache_dir or None, threads=args.threads,
         device=args.device, description=args.description, extra_manifests=args.extra_manifests, init_from=args.init_from,
         command="recall train audio " + " ".join(shlex.quote(a) for a in getattr(args, "argv", None) or _own_arguments()),
     )

@@ -23,6 +23,7 @@ from app.encoders._trained_audio import build_parts
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict, save_checkpoint
 from app.training.audio_data import Record, load_waves, read_manifest, read_pack, split_records, with_extra_training
 from app.training.augment import AugmentConfig, eval_window, training_window
+from app.training.spec_augment import MaskConfig, mask_features
 from app.training.losses import HashLossWeights, contrastive_loss, hashing_objective
 from app.training.retrieval import cosine_scores, hamming_scores, retrieval_metrics
 from app.training.samplers import LabelIndex, pair_batch, triplet_batch
@@ -72,6 +73,7 @@ class TrainConfig:
     pairs: Literal["balanced", "unbalanced"] = "balanced"
     mining: Literal["random", "semihard", "hard"] = "semihard"
     augment: bool = True
+    spec_augment: bool = False  # attn-hash: mask random mel bands and frames (app/training/spec_augment.py)
     cache_dir: str | None = "/tmp/recall-audio-cache"
     threads: int = 2
     device: str = "cpu"
@@ -277,7 +279,10 @@ class Trainer:
         ramp = min(1.0, self.epoch / cfg.quant_warmup) if cfg.quant_warmup > 0 else 1.0
         self.weights = HashLossWeights(cfg.alpha, cfg.beta, cfg.gamma * ramp, cfg.margin)
         rows = triplet_batch(self.index, cfg.batch_size, self.rng)
-        values, attention = self.net(self.features(self._train_windows(rows.T.ravel())))
+        feats = self.features(self._train_windows(rows.T.ravel()))
+        if cfg.spec_augment:
+            feats = mask_features(feats, self.net.input_mean, self.rng, MaskConfig())
+        values, attention = self.net(feats)
         b = len(rows)
         parts = [(values[i * b : (i + 1) * b], attention[i * b : (i + 1) * b]) for i in range(3)]
         if cfg.mining in ("hard", "semihard"):

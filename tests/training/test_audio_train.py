@@ -79,6 +79,24 @@ def test_a_few_steps_lower_the_loss(manifest: Path, tmp_path: Path, model: str) 
     assert _loss_on_fixed_batch(trainer) < 0.8 * before
 
 
+def test_spec_augment_masks_training_batches_and_still_learns(manifest: Path, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    plain = Trainer(_config(manifest, tmp_path / "a", "attn-hash", augment=False))
+    torch.manual_seed(0)
+    masked = Trainer(_config(manifest, tmp_path / "b", "attn-hash", augment=False, spec_augment=True))
+    # same weights, same seeded batch: only the masks differ, so the loss does
+    assert _loss_on_fixed_batch(plain) != _loss_on_fixed_batch(masked)
+    before = _loss_on_fixed_batch(plain)  # scored without masks, on the same batch each time
+    masked.net.train()
+    for _ in range(30):
+        loss = masked.step_loss()["total"]
+        masked.optimiser.zero_grad()
+        loss.backward()
+        masked.optimiser.step()
+    masked.cfg.spec_augment = False
+    assert _loss_on_fixed_batch(masked) < 0.8 * before
+
+
 @pytest.mark.parametrize("model", ["siamese-mlp", "attn-hash"])
 def test_run_writes_a_checkpoint_the_registry_loads_and_resumes(manifest: Path, tmp_path: Path, model: str) -> None:
     out = tmp_path / "ck"
