@@ -1,15 +1,16 @@
 """Exact Hamming top-k on packed codes: picks the kernel by batch size.
 
-* one query: ``_hamming_kernels.knn_hamming_one``, rows in vector lanes; with one shard per
-  core it reads the codes at memory bandwidth, which is the bound for a single query.
-* two or three queries: ``faiss.hammings_knn_hc``, FAISS' heap scan; still near memory speed.
+* one to three queries: ``faiss.hammings_knn_hc``, FAISS' heap scan. Per code it costs about
+  as much as streaming the code from memory, so with one shard per core it runs at memory
+  bandwidth, which is the bound for a single query. (A compiled one-query kernel with rows in
+  vector lanes was tried: equal at 5e6 rows, ~25% slower at 1e6 between float scans.)
 * four or more queries ("shared scan"): the heap scan is compute-bound at ~1 ns per
   (query, code) pair, so 16 queries would cost almost 16 scans.
   ``_hamming_kernels.knn_hamming_shared`` reads each code once and compares it with every
   query in vector registers.
 
 Measured on 5e6 x 256-bit codes, 2 shards, medians of interleaved calls (ms), noisy machine:
-one query 5.3 (heap 6.3); 2: heap 6.4 (shared 10.5); 3: heap 8.6 (shared 10.9);
+2 queries: heap 6.4 (shared 10.5); 3: heap 8.6 (shared 10.9);
 4: shared 10.6 (heap 10.5); 8: 21 (heap 35); 16: 19 (heap 67).
 
 Both are exact; ties at the k-th distance may be broken differently.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import faiss
 import numpy as np
 
-from app.index._hamming_kernels import knn_hamming_one, knn_hamming_shared
+from app.index._hamming_kernels import knn_hamming_shared
 
 # From this many queries on, the shared scan beats the heap scan (see above).
 BATCHED_MIN_QUERIES = 4
@@ -48,9 +49,6 @@ def knn_hamming(
     nq, nbytes = queries.shape
     if nbytes % 8:  # the compiled kernels work on whole 64-bit words
         return knn_hamming_heap(queries, database, k)
-    if nq == 1:
-        distances, rows = knn_hamming_one(queries[0], database, k, block_rows)
-        return distances[None], rows[None]
     if nq < BATCHED_MIN_QUERIES:
         return knn_hamming_heap(queries, database, k)
     if nq > MAX_BATCH_QUERIES:

@@ -1,4 +1,4 @@
-"""Compiled Hamming top-k kernels (numba): one query, or several queries in one shared scan.
+"""The shared-scan Hamming kernel (numba): several queries answered in one pass over the codes.
 
 Why a compiled kernel (numba, no build step): with 16 queries the scan is compute-bound, not
 memory-bound. FAISS' batched call (``faiss.hammings``) writes a full distance matrix that
@@ -9,10 +9,6 @@ is XORed against all queries at once and counted with the CPU's vector popcount 
 ``vpopcntq`` on AVX-512 machines, a shuffle-based count elsewhere). The per-block minimum of
 each query is kept in the same loop, so a block that cannot improve a query's top-k (almost
 every block after the first few) costs no further pass.
-
-A single query is memory-bound instead: its kernel counts four words per row with the rows
-in vector lanes and keeps a running block minimum, so it reads the codes at memory speed with
-one shard per core (1e6 x 256 bits on 2 cores: ~0.95 ms vs ~1.3 ms for FAISS' heap scan).
 
 Exact; at equal distances the earlier row wins (ties at the k-th distance may be broken
 differently from FAISS).
@@ -118,74 +114,8 @@ def _knn_words(queries, nq, database, k, block_rows):  # pragma: no cover - comp
     return distances, rows
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _knn_one_query(query, database, k, block_rows):  # pragma: no cover - compiled
-    """Top-k of one query over uint64 word rows; ``(distances, rows)`` ascending, padded."""
-    n, words = database.shape
-    distances = np.full(k, INT32_MAX, np.int32)
-    rows = np.full(k, -1, np.int64)
-    out = np.empty(block_rows, np.int32)
-    worst = INT32_MAX
-    for start in range(0, n, block_rows):
-        stop = min(n, start + block_rows)
-        block_min = INT32_MAX
-        if words == 4:
-            q0, q1, q2, q3 = query[0], query[1], query[2], query[3]
-            for r in range(start, stop):  # the vectorised loop: lanes are rows
-                d = np.int32(
-                    _popcount64(database[r, 0] ^ q0)
-                    + _popcount64(database[r, 1] ^ q1)
-                    + _popcount64(database[r, 2] ^ q2)
-                    + _popcount64(database[r, 3] ^ q3)
-                )
-                out[r - start] = d
-                block_min = min(block_min, d)
-        elif words == 2:  # 128-bit codes: the sign codes of 128-d float embeddings
-            q0, q1 = query[0], query[1]
-            for r in range(start, stop):
-                d = np.int32(_popcount64(database[r, 0] ^ q0) + _popcount64(database[r, 1] ^ q1))
-                out[r - start] = d
-                block_min = min(block_min, d)
-        else:  # the inner loop over words keeps LLVM from vectorising over rows: ~2x slower
-            for r in range(start, stop):
-                d = np.int32(0)
-                for w in range(words):
-                    d += np.int32(_popcount64(database[r, w] ^ query[w]))
-                out[r - start] = d
-                block_min = min(block_min, d)
-        if block_min >= worst:
-            continue
-        for r in range(stop - start):
-            if out[r] < worst:  # strict: a later row at the same distance does not displace
-                _insert(distances, rows, out[r], start + r)
-                worst = distances[k - 1]
-    return distances, rows
-
-
-ONE_QUERY_BLOCK_ROWS = 1024
 # Queries per vector group of the shared scan (two AVX-512 registers of 64-bit words).
 QUERY_LANES = 16
-
-
-def knn_hamming_one(query: np.ndarray, database: np.ndarray, k: int, block_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Exact Hamming k-NN of one packed uint8 code ``(nbytes,)``, nbytes a multiple of 8.
-
-    Returns ``(distances int32, rows int64)``, each ``(k,)``, ascending; padded like
-    :func:`knn_hamming_shared`.
-    """
-    nbytes = query.shape[0]
-    _check(nbytes, k)
-    q_words = np.ascontiguousarray(query).view(np.uint64)
-    db_words = np.ascontiguousarray(database).view(np.uint64).reshape(len(database), nbytes // 8)
-    block = ONE_QUERY_BLOCK_ROWS if block_rows is None else max(1, int(block_rows))
-    return _knn_one_query(q_words, db_words, int(k), block)
-
-
-def _check(nbytes: int, k: int) -> None:
-    if nbytes % 8:
-        raise ValueError(f"the Hamming kernels need whole 64-bit words, got {nbytes} bytes per code")
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
 
 
 def default_block_rows(nq: int) -> int:
@@ -205,7 +135,10 @@ def knn_hamming_shared(
     the tail is ``(int32 max, -1)``.
     """
     nq, nbytes = queries.shape
-    _check(nbytes, k)
+    if nbytes % 8:
+        raise ValueError(f"the shared-scan kernel needs whole 64-bit words, got {nbytes} bytes per code")
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
     # LLVM vectorises the loop over queries in groups of QUERY_LANES and leaves any rest to a
     # scalar loop that costs several times more (12 queries took 4x as long as 16), so the
     # queries are padded to whole groups; the padding lanes are computed and ignored.
@@ -218,8 +151,7 @@ def knn_hamming_shared(
 
 
 def warm_up() -> None:
-    """Compile (or load from numba's cache) every kernel variant on a tiny input."""
+    """Compile (or load from numba's cache) both kernel variants on a tiny input."""
     codes = np.zeros((8, 32), dtype=np.uint8)
     for width in (32, 8):  # the four-word path and the generic one
-        knn_hamming_one(codes[0, :width], codes[:, :width], 1)
         knn_hamming_shared(codes[:4, :width], codes[:, :width], 1)
