@@ -258,3 +258,22 @@ def test_large_query_batches_are_split_into_passes(rng: np.random.Generator, mon
     distances, rows = kernels.knn_hamming(queries, codes, 6, block_rows=128)
     assert_knn_consistent(distances, rows, exact.hamming_distances(queries, codes), np.arange(900), 6, ascending=True)
 
+
+
+def test_search_leaves_the_callers_openmp_threads_as_they_were(rng: np.random.Generator) -> None:
+    # The calling thread scans one shard with a single OpenMP thread and must restore its own
+    # setting, or FAISS calls it makes elsewhere would silently lose their parallelism.
+    import faiss
+
+    index = BinaryIndex(256, shards=2)
+    index.parallel_min_rows = 10  # take the parallel branch on small data
+    index.add(np.arange(200), random_codes(rng, 200, 256))
+    saved = faiss.omp_get_max_threads()
+    try:
+        faiss.omp_set_num_threads(3)
+        for nq in (1, 5):  # heap scan and shared-scan kernel
+            distances, _ = index.search(random_codes(rng, nq, 256), 4)
+            assert distances.shape == (nq, 4)
+            assert faiss.omp_get_max_threads() == 3
+    finally:
+        faiss.omp_set_num_threads(saved)
