@@ -20,9 +20,10 @@ import torch
 
 from app.encoders import attn_hash, siamese
 from app.encoders._trained_audio import build_parts
-from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict, save_checkpoint
+from app.encoders.checkpoint import save_checkpoint
 from app.training.audio_data import Record, load_waves, read_manifest, read_pack, split_records, with_extra_training
 from app.training.augment import AugmentConfig, eval_window, training_window
+from app.training.fine_tune import load_init_weights
 from app.training.spec_augment import MaskConfig, mask_features
 from app.training.losses import HashLossWeights, contrastive_loss, hashing_objective
 from app.training.retrieval import cosine_scores, hamming_scores, retrieval_metrics
@@ -133,24 +134,6 @@ def build_model(config: dict[str, Any]) -> tuple[torch.nn.Module, torch.nn.Modul
 # Architecture and frontend keys that must be equal for --init-from: they decide what the weights
 # mean. Dropout is left out on purpose (no weights; fine-tuning often changes it), and so are the
 # name, hop and description (service defaults, not the model).
-_INIT_KEYS = ("family", "sample_rate", "window_s", "bits", "features")
-
-
-def init_mismatches(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
-    """What differs between a checkpoint's config and a run's, as "key: checkpoint X, requested Y"."""
-    found = [f"{k}: checkpoint {stored.get(k)!r}, requested {requested.get(k)!r}" for k in _INIT_KEYS if stored.get(k) != requested.get(k)]
-    arch_s, arch_r = stored.get("arch", {}), requested.get("arch", {})
-    found += [f"arch.{k}: checkpoint {arch_s.get(k)!r}, requested {arch_r.get(k)!r}"
-              for k in sorted(set(arch_s) | set(arch_r)) if k != "dropout" and arch_s.get(k) != arch_r.get(k)]
-    return found
-
-
-def _file_sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _seed_everything(seed: int) -> np.random.Generator:
     random.seed(seed)
     torch.manual_seed(seed)
@@ -210,7 +193,7 @@ class Trainer:
         sample = self.rng.choice(len(self.train_waves), size=min(2000, len(self.train_waves)), replace=False)
         _set_input_stats(self.net, self.features, self._eval_windows([self.train_waves[i] for i in sample]),
                          per_dim=cfg.model == "siamese-mlp")
-        self.init_from = self._load_init(cfg.init_from) if cfg.init_from else None  # after the stats: its own win
+        self.init_from = load_init_weights(self.net, self.config, BUILDERS, cfg.init_from) if cfg.init_from else None  # after the stats: its own win
         self.features.to(cfg.device)
         self.net.to(cfg.device)
         self.optimiser = torch.optim.Adam(self.net.parameters(), lr=cfg.lr)
@@ -230,28 +213,6 @@ class Trainer:
             lookup = dict(zip((r.path for r in records), packed))
             return records, lambda recs: [lookup[r.path] for r in recs]
         return read_manifest(manifest), lambda recs: load_waves(recs, cfg.sample_rate, cfg.cache_dir)
-
-    def _load_init(self, directory: str) -> dict[str, Any]:
-        """Start from a checkpoint's weights (input statistics included); refuse another architecture.
-
-        Raises:
-            CheckpointError: the checkpoint's family, rate, window, bits, frontend or network
-                differ from this run's, or its weights do not fit its own config.
-        """
-        state, stored = load_checkpoint(directory)
-        mismatches = init_mismatches(stored, self.config)
-        if mismatches:
-            command = stored.get("training", {}).get("command", "")
-            raise CheckpointError(
-                f"--init-from {directory}: the checkpoint's architecture or features differ from this run's: "
-                + "; ".join(mismatches)
-                + (f". Pass the options it was trained with: {command}" if command else "")
-            )
-        build_parts(stored, stored["family"], BUILDERS[stored["family"]])  # its config fits this code
-        load_state_strict(self.net, state, str(directory))
-        return {"path": str(directory), "name": stored.get("name"),
-                "weights_sha256": _file_sha256(Path(directory) / "weights.safetensors"),
-                "command": stored.get("training", {}).get("command", "")}
 
     # ---- batches -------------------------------------------------------------------------
     def _eval_windows(self, waves: list[np.ndarray]) -> np.ndarray:

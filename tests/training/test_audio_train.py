@@ -63,6 +63,15 @@ def _loss_on_fixed_batch(trainer: Trainer, seed: int = 123) -> float:
     return loss
 
 
+def _train_steps(trainer: Trainer, steps: int) -> None:
+    trainer.net.train()
+    for _ in range(steps):
+        loss = trainer.step_loss()["total"]
+        trainer.optimiser.zero_grad()
+        loss.backward()
+        trainer.optimiser.step()
+
+
 @pytest.mark.parametrize("model", ["siamese-mlp", "attn-hash"])
 def test_a_few_steps_lower_the_loss(manifest: Path, tmp_path: Path, model: str) -> None:
     torch.manual_seed(0)
@@ -70,12 +79,7 @@ def test_a_few_steps_lower_the_loss(manifest: Path, tmp_path: Path, model: str) 
     margin = 3.0 if model == "siamese-mlp" else 0.5
     trainer = Trainer(_config(manifest, tmp_path / "ck", model, augment=False, margin=margin))
     before = _loss_on_fixed_batch(trainer)
-    trainer.net.train()
-    for _ in range(30):
-        loss = trainer.step_loss()["total"]
-        trainer.optimiser.zero_grad()
-        loss.backward()
-        trainer.optimiser.step()
+    _train_steps(trainer, 30)
     assert _loss_on_fixed_batch(trainer) < 0.8 * before
 
 
@@ -87,12 +91,7 @@ def test_spec_augment_masks_training_batches_and_still_learns(manifest: Path, tm
     # same weights, same seeded batch: only the masks differ, so the loss does
     assert _loss_on_fixed_batch(plain) != _loss_on_fixed_batch(masked)
     before = _loss_on_fixed_batch(plain)  # scored without masks, on the same batch each time
-    masked.net.train()
-    for _ in range(30):
-        loss = masked.step_loss()["total"]
-        masked.optimiser.zero_grad()
-        loss.backward()
-        masked.optimiser.step()
+    _train_steps(masked, 30)
     masked.cfg.spec_augment = False
     assert _loss_on_fixed_batch(masked) < 0.8 * before
 
