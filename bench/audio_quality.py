@@ -253,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default="../shared/data")
     parser.add_argument("--out", default="reports/audio")
     parser.add_argument("--speech", default="speech-attn-hash")
-    parser.add_argument("--sounds", default="sounds-attn-hash")
+    parser.add_argument("--sounds", default="sounds-texture,sounds-attn-hash",
+                        help="comma-separated general-sound encoders, compared in one run (the first one's window and hop apply)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -273,19 +274,26 @@ def main(argv: list[str] | None = None) -> int:
                    f"(baseline {report['speech_qbe']['audio-baseline']['all']['float']['map']:.4f})")
     targets.append(f"Hamming MAP >= 0.95 x float MAP ({args.speech}, {speech.bits} bits): "
                    f"{sm['hamming']['map'] / sm['float']['map']:.3f}")
-    if args.sounds in specs:
-        sounds = create_encoder(args.sounds, specs)
-        classes = _holdout(specs[args.sounds].source, [])
+    sound_models = [name for name in args.sounds.split(",") if name in specs]
+    if sound_models:
+        sounds = {name: create_encoder(name, specs) for name in sound_models}
+        holdouts = {name: _holdout(specs[name].source, []) for name in sound_models}
+        classes = holdouts[sound_models[0]]
+        if any(sorted(h) != sorted(classes) for h in holdouts.values()):
+            raise SystemExit(f"the sound models hold out different classes, so one run cannot compare them: {holdouts}")
+        first = sounds[sound_models[0]]  # its window and hop apply to every encoder in the comparison
         esc = [r for r in read_manifest(data / "esc50" / "esc50.csv") if r.label in set(classes)]
-        report["sounds_model"], report["test_classes"] = args.sounds, classes
-        report["sound_qbe"] = sound_qbe({args.sounds: sounds, "audio-baseline": baseline, args.speech: speech}, esc,
-                                        sounds.default_window_s, sounds.default_hop_s)
-        snd, base = report["sound_qbe"][args.sounds], report["sound_qbe"]["audio-baseline"]
-        targets.append(f"unseen ESC-50 classes MAP >= 1.5 x baseline: float {snd['float']['map']:.4f} vs "
-                       f"{base['float']['map']:.4f} ({snd['float']['map'] / base['float']['map']:.2f}x); Hamming "
-                       f"{snd['hamming']['map']:.4f} vs {base['hamming']['map']:.4f} ({snd['hamming']['map'] / base['hamming']['map']:.2f}x)")
-        targets.append(f"Hamming MAP >= 0.95 x float MAP ({args.sounds}, {sounds.bits} bits): "
-                       f"{snd['hamming']['map'] / snd['float']['map']:.3f}")
+        report["sounds_models"], report["test_classes"] = sound_models, classes
+        report["sound_qbe"] = sound_qbe({**sounds, "audio-baseline": baseline, args.speech: speech}, esc,
+                                        first.default_window_s, first.default_hop_s)
+        base = report["sound_qbe"]["audio-baseline"]
+        for name in sound_models:
+            snd = report["sound_qbe"][name]
+            targets.append(f"unseen ESC-50 classes MAP >= 1.5 x baseline ({name}): float {snd['float']['map']:.4f} vs "
+                           f"{base['float']['map']:.4f} ({snd['float']['map'] / base['float']['map']:.2f}x); Hamming "
+                           f"{snd['hamming']['map']:.4f} vs {base['hamming']['map']:.4f} ({snd['hamming']['map'] / base['hamming']['map']:.2f}x)")
+            targets.append(f"Hamming MAP >= 0.95 x float MAP ({name}, {sounds[name].bits} bits): "
+                           f"{snd['hamming']['map'] / snd['float']['map']:.3f}")
     loc = report["localisation"][args.speech]
     targets.append(f"localisation ({args.speech}): mean AxIoU@5 {loc['float']['axiou@5']:.4f} float / {loc['hamming']['axiou@5']:.4f} "
                    f"Hamming; R@1,IoU>0.5 {loc['float']['r@1,iou>0.5']:.4f} / {loc['hamming']['r@1,iou>0.5']:.4f}")

@@ -22,6 +22,7 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 FAMILIES: dict[str, str] = {
     "siamese-mlp": "app.encoders.siamese:load",
     "attn-hash": "app.encoders.attn_hash:load",
+    "texture-mlp": "app.encoders.texture:load",
     "image-text": "app.encoders.image_text:load",
 }
 

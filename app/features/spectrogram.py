@@ -19,6 +19,7 @@ import torch
 
 from app.features.filterbank import FilterbankSpectrogram
 from app.features.logmel import LogMel
+from app.features.texture import TextureStats
 
 
 @lru_cache(maxsize=16)
@@ -90,14 +91,15 @@ class LogSpectrogram(FilterbankSpectrogram):
 def build_features(spec: dict[str, Any]) -> torch.nn.Module:
     """The feature frontend described by a checkpoint's ``features`` dict.
 
-    ``{"kind": "logspec", ...LogSpectrogram kwargs}`` or ``{"kind": "logmel", ...LogMel kwargs}``.
+    ``{"kind": "logspec", ...LogSpectrogram kwargs}``, ``{"kind": "logmel", ...LogMel kwargs}`` or
+    ``{"kind": "texture", ...TextureStats kwargs}``.
 
     Raises:
         ValueError: unknown kind or arguments the frontend does not take.
     """
     kwargs = dict(spec)
     kind = kwargs.pop("kind", None)
-    frontends: dict[str, type[torch.nn.Module]] = {"logspec": LogSpectrogram, "logmel": LogMel}
+    frontends: dict[str, type[torch.nn.Module]] = {"logspec": LogSpectrogram, "logmel": LogMel, "texture": TextureStats}
     if kind not in frontends:
         raise ValueError(f"unknown feature kind {kind!r}; known: {sorted(frontends)}")
     try:

@@ -1,4 +1,4 @@
-"""`recall train audio`: train a siamese-mlp or attn-hash encoder from a manifest.
+"""`recall train audio`: train a siamese-mlp, attn-hash or texture-mlp encoder from a manifest.
 
 Example (the default speech checkpoint, see reports/audio/README.md)::
 
@@ -18,9 +18,10 @@ def _csv_list(value: str) -> list[str]:
 
 
 def add_parser(kinds: argparse._SubParsersAction) -> None:
-    p = kinds.add_parser("audio", help="train an audio encoder (siamese-mlp of paper 000, attn-hash of paper 004)")
+    p = kinds.add_parser("audio", help="train an audio encoder (siamese-mlp of paper 000, attn-hash of paper 004, "
+                                       "texture-mlp for general sounds)")
     p.add_argument("--manifest", required=True, help="CSV path,label[,speaker][,start,end] or a folder per label")
-    p.add_argument("--model", required=True, choices=["siamese-mlp", "attn-hash"])
+    p.add_argument("--model", required=True, choices=["siamese-mlp", "attn-hash", "texture-mlp"])
     p.add_argument("--bits", type=int, default=256, help="code bits (attn-hash hash layer; siamese output width)")
     p.add_argument("--out", required=True, help="checkpoint directory to write")
     p.add_argument("--name", help="encoder name in the registry (default: the out folder's name)")
@@ -70,6 +71,15 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--init-from", metavar="CHECKPOINT_DIR",
                    help="start from this checkpoint's weights (fine-tuning); refused unless its family, sample rate, "
                         "window, bits, features and network (dropout aside) equal the ones asked for")
+    t = p.add_argument_group("texture-mlp (general sounds; --bits is --whiten-dim + --head-dim, split is by label)")
+    t.add_argument("--train-hop", type=float, default=0.25, help="hop of the training windows in seconds")
+    t.add_argument("--whiten-dim", type=int, default=128)
+    t.add_argument("--whiten-eps", type=float, default=0.01, help="whitening regulariser, a fraction of the top eigenvalue")
+    t.add_argument("--head-dim", type=int, help="metric-head outputs (default: --bits minus --whiten-dim)")
+    t.add_argument("--temperature", type=float, default=0.05, help="proxy-softmax temperature of the metric head")
+    t.add_argument("--weight-decay", type=float, default=1e-3)
+    t.add_argument("--cv-folds", type=int, default=8, help="class-disjoint cross-validation folds (0: none)")
+    t.add_argument("--cv-classes", type=int, default=4, help="classes each fold holds out")
     p.set_defaults(func=run)
 
 
@@ -79,8 +89,46 @@ def _own_arguments() -> list[str]:
     return argv[argv.index("audio") + 1 :] if "audio" in argv else argv
 
 
+def _command(args: argparse.Namespace) -> str:
+    return "recall train audio " + " ".join(shlex.quote(a) for a in getattr(args, "argv", None) or _own_arguments())
+
+
+def run_texture(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from app.training.texture_fit import HeadTraining
+    from app.training.texture_train import TextureTrainConfig, train_texture
+
+    head_dim = args.bits - args.whiten_dim if args.head_dim is None else args.head_dim
+    if args.whiten_dim + head_dim != args.bits:
+        print(f"recall train audio: error: --bits {args.bits} must equal --whiten-dim {args.whiten_dim} + "
+              f"--head-dim {head_dim}", file=sys.stderr)
+        return 2
+    cfg = TextureTrainConfig(
+        manifest=args.manifest, out=args.out, name=args.name or Path(args.out).name, holdout=args.holdout,
+        sample_rate=args.sample_rate, window_s=args.window, hop_s=args.hop, train_hop_s=args.train_hop,
+        whiten_dim=args.whiten_dim, whiten_eps=args.whiten_eps, head_dim=head_dim,
+        dropout=0.2 if args.dropout is None else args.dropout,
+        head=HeadTraining(steps=args.steps, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
+                          temperature=args.temperature, seed=args.seed),
+        cv_folds=args.cv_folds, cv_classes=args.cv_classes, seed=args.seed, cache_dir=args.cache_dir or None,
+        threads=args.threads, description=args.description, command=_command(args),
+    )
+    try:
+        metrics = train_texture(cfg)
+    except ValueError as exc:
+        print(f"recall train audio: error: {exc}", file=sys.stderr)
+        return 2
+    cv = "no cross-validation" if metrics["cv_map"] is None else f"cross-validated MAP {metrics['cv_map']:.4f}"
+    print(f"{cv}; fitted on {metrics['train_clips']} clips -> {args.out}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
+
+    if args.model == "texture-mlp":
+        return run_texture(args)
 
     from app.training.audio_train import TrainConfig, Trainer
 
@@ -92,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
         mining=args.mining, augment=args.augment, spec_augment=args.spec_augment, cache_dir=args.cache_dir or None, threads=args.threads,
         device=args.device, description=args.description, extra_manifests=args.extra_manifests, init_from=args.init_from,
-        command="recall train audio " + " ".join(shlex.quote(a) for a in getattr(args, "argv", None) or _own_arguments()),
+        command=_command(args),
     )
     try:
         trainer = Trainer(cfg)

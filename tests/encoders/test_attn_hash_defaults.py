@@ -9,7 +9,7 @@ from app.encoders.base import check_embeddings
 from app.encoders.registry import create_encoder, discover
 from app.settings import EncoderSettings
 
-DEFAULTS = {"speech-attn-hash": (8000, 1.0, 0.5), "sounds-attn-hash": (16000, 2.0, 1.0)}
+DEFAULTS = {"speech-attn-hash": (8000, 1.0, 0.5), "sounds-attn-hash": (16000, 2.0, 1.0), "sounds-texture": (16000, 2.0, 1.0)}
 
 
 @pytest.mark.parametrize("name", sorted(DEFAULTS))
@@ -39,3 +39,18 @@ def test_default_checkpoint_loads_and_embeds(name: str) -> None:
 def test_service_default_audio_encoder_is_the_speech_checkpoint() -> None:
     assert EncoderSettings().default_audio == "speech-attn-hash"
     assert EncoderSettings().default_audio in discover()
+
+
+def test_sounds_texture_puts_like_with_like() -> None:
+    """Two noises are nearer each other than a noise is to a tone, in float and in Hamming."""
+    encoder = create_encoder("sounds-texture", discover())
+    rng = np.random.default_rng(1)
+    t = np.arange(2 * 16000) / 16000
+    waves = [(0.1 * rng.standard_normal(t.size)).astype(np.float32), (0.2 * rng.standard_normal(t.size)).astype(np.float32),
+             (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), (0.3 * np.sin(2 * np.pi * 470 * t)).astype(np.float32)]
+    emb = encoder.encode(waves)
+    sim = emb.floats @ emb.floats.T
+    assert sim[0, 1] > sim[0, 2] and sim[2, 3] > sim[2, 0]
+    bits = np.unpackbits(emb.codes, axis=1, bitorder="little").astype(int)
+    hamming = (bits[:, None, :] != bits[None, :, :]).sum(2)
+    assert hamming[0, 1] < hamming[0, 2] and hamming[2, 3] < hamming[2, 0]
