@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="bench/results/audio.json")
     parser.add_argument("--data", default="../shared/data")
-    parser.add_argument("--encoders", default="speech-attn-hash,sounds-attn-hash,audio-baseline")
+    parser.add_argument("--encoders", default="speech-attn-hash,sounds-texture,sounds-attn-hash,audio-baseline")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--search-rows", type=int, default=1_000_000)
     args = parser.parse_args(argv)
