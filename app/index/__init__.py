@@ -17,10 +17,18 @@ Pass many queries in one ``search`` call when they arrive together: a batch shar
 See :mod:`app.index.base` for the interface.
 """
 
-from app.index._hamming_kernels import warm_up as warm_up_hamming_kernels
+from app.index._hamming_kernels import warm_up as _warm_up_shared
+from app.index._hamming_single import warm_up as _warm_up_single
 from app.index.base import PAD_ID, DuplicateIdError, SnapshotError, VectorIndex
 from app.index.binary_index import HAMMING_PAD, BinaryIndex
 from app.index.float_index import FloatIndex, cosine_distance
+
+
+def warm_up_hamming_kernels() -> None:
+    """Compile (or load from numba's cache) the shared-scan and one-query kernels."""
+    _warm_up_shared()
+    _warm_up_single()
+
 
 __all__ = [
     "HAMMING_PAD",
