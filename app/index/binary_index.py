@@ -31,8 +31,8 @@ class BinaryIndex(ShardedIndex):
     ASCENDING: ClassVar[bool] = True
     PAD_VALUE: ClassVar[Any] = HAMMING_PAD
     SCORE_DTYPE: ClassVar[type[np.generic]] = np.int32
-    # FAISS' heap scan is compute-bound near one core's bandwidth; two threads on two shards
-    # reach the two-core bandwidth, so even a single query is split.
+    # One core's scan of codes streamed from memory runs near one core's bandwidth; two threads
+    # on two shards reach the two-core bandwidth, so even a single query is split.
     PARALLEL_SINGLE_QUERY: ClassVar[bool] = True
 
     def __init__(self, bits: int, shards: int = 2) -> None:
