@@ -37,7 +37,7 @@ from app.features.windows import cut_windows
 from app.search.ranking import non_maximum_suppression
 from app.training.audio_data import Record, load_waves, read_manifest
 from app.training.augment import eval_window
-from app.training.retrieval import retrieval_metrics
+from app.training.retrieval import best_window_scores, retrieval_metrics
 
 KS = (1, 5, 10, 25)
 NMS_IOU = 0.3  # windows overlapping a kept one by more are the same place (1 s windows at 0.5 s hop: 0.33)
@@ -57,9 +57,7 @@ def _scores(encoder: Encoder, queries: list[np.ndarray], items: list[list[np.nda
     out = {}
     for kind, (qa, da) in {"float": (q.floats, d.floats), "hamming": (_unpack(q.codes), _unpack(d.codes))}.items():
         window_scores = qa @ da.T if kind == "float" else -(qa.shape[1] - qa @ da.T) / 2
-        best = np.full((len(queries), len(items)), -np.inf)
-        np.maximum.at(best.T, owner, window_scores.T)
-        out[kind] = best
+        out[kind] = best_window_scores(window_scores, owner, len(items))
     return out
 
 

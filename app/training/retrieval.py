@@ -22,6 +22,17 @@ def hamming_scores(values: np.ndarray) -> np.ndarray:
     return -(signs.shape[1] - signs @ signs.T) / 2.0
 
 
+def best_window_scores(window_scores: np.ndarray, owner: np.ndarray, n_items: int) -> np.ndarray:
+    """(queries, items) scores from (queries, windows) ones: an item scores its best window.
+
+    ``owner[w]`` is the item window ``w`` was cut from; this is the service's rule (an item's
+    cost is the minimum over its segments) in matrix form.
+    """
+    best = np.full((window_scores.shape[0], n_items), -np.inf)
+    np.maximum.at(best.T, owner, window_scores.T)
+    return best
+
+
 def _ranked_hits(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """(n, n-1) relevance of each query's ranking, itself excluded; ties broken by index (stable)."""
     n = len(labels)

@@ -25,7 +25,7 @@ from app.features.texture import TextureStats
 from app.features.windows import cut_windows
 from app.training.audio_data import Record, load_waves, read_manifest
 from app.training.augment import eval_window
-from app.training.retrieval import retrieval_metrics
+from app.training.retrieval import best_window_scores, retrieval_metrics
 from app.training.texture_fit import HeadTraining, fit_texture_net
 
 STATS_CHUNK = 256  # windows per frontend call: bounds memory
@@ -106,9 +106,7 @@ def clip_map(net: TextureNet, stats: ClipStats, clips: np.ndarray, labels: np.nd
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     items /= np.linalg.norm(items, axis=1, keepdims=True)
     owner = np.searchsorted(clips, stats.item_owner[mask])
-    best = np.full((len(clips), len(clips)), -np.inf)
-    np.maximum.at(best.T, owner, (queries @ items.T).T)
-    return retrieval_metrics(best, labels[clips])["map"]
+    return retrieval_metrics(best_window_scores(queries @ items.T, owner, len(clips)), labels[clips])["map"]
 
 
 def _arch(cfg: TextureTrainConfig, n_in: int) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import soundfile as sf
 
 from app.training.audio_data import Record, load_waves, mu_law_decode, mu_law_encode, read_manifest, read_pack, split_records, write_pack
 from app.training.augment import AugmentConfig, add_noise, change_speed, eval_window, training_window
-from app.training.retrieval import cosine_scores, hamming_scores, retrieval_metrics
+from app.training.retrieval import best_window_scores, cosine_scores, hamming_scores, retrieval_metrics
 from app.training.samplers import LabelIndex, pair_batch, triplet_batch
 
 
@@ -135,3 +135,13 @@ def test_matrix_metrics_match_brute_force() -> None:
     bits = values > 0
     expected = -(bits[:, None, :] != bits[None, :, :]).sum(-1)
     np.testing.assert_array_equal(hamming_scores(values), expected)
+
+
+def test_an_item_scores_its_best_window() -> None:
+    # 2 queries, 5 windows cut from 3 items; each item keeps the maximum of its own windows
+    window_scores = np.array([[0.1, 0.9, 0.3, -0.2, 0.5],
+                              [0.7, 0.0, 0.8, 0.6, -1.0]])
+    owner = np.array([0, 0, 1, 2, 2])
+    expected = np.array([[0.9, 0.3, 0.5],
+                         [0.7, 0.8, 0.6]])
+    np.testing.assert_array_equal(best_window_scores(window_scores, owner, 3), expected)
