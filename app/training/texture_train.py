@@ -21,6 +21,7 @@ import torch
 
 from app.encoders.checkpoint import save_checkpoint
 from app.encoders.texture import FAMILY, TextureNet
+from app.features.spectrogram import build_features
 from app.features.texture import TextureStats
 from app.features.windows import cut_windows
 from app.training.audio_data import Record, load_waves, read_manifest
@@ -148,7 +149,7 @@ def train_texture(cfg: TextureTrainConfig) -> dict[str, Any]:
     classes = sorted({r.label for r in records})
     if len(classes) < 2:
         raise ValueError(f"need at least 2 training classes, the manifest has {classes}")
-    frontend = TextureStats(**{k: v for k, v in cfg.features().items() if k != "kind"})
+    frontend = build_features(cfg.features())  # the same constructor the service's loader uses
     stats = ClipStats(cfg, frontend, load_waves(records, cfg.sample_rate, cfg.cache_dir))
     labels = np.array([r.label for r in records])
 
