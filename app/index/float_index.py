@@ -94,8 +94,9 @@ class FloatIndex(ShardedIndex):
 
 
 def cosine_distance(similarities: np.ndarray) -> np.ndarray:
-    """``1 - similarity``: in ``[0, 2]`` for unit vectors, smaller is better."""
-    return (1.0 - similarities).astype(np.float32)
+    """``1 - similarity``, clipped to ``[0, 2]`` (float32 rounding can put a unit vector's
+    similarity with itself just above 1); smaller is better."""
+    return np.clip(1.0 - similarities, 0.0, 2.0).astype(np.float32)
 
 
 # faiss picks its BLAS path only when nq * dim >= this global (default 128000, i.e. ~1000

@@ -109,7 +109,7 @@ async def _segment_distances(index: CollectionIndex, scans: Scans, query: Query,
     elif options.mode == "float":
         assert scans.float is not None
         sims, ids = await scans.float.search(query.floats, depth)
-        _merge(best, ids, 1.0 - sims.astype(np.float64))
+        _merge(best, ids, np.clip(1.0 - sims.astype(np.float64), 0.0, 2.0))  # as ranking.cosine_distance
     else:
         assert scans.binary is not None and index.float is not None
         shortlist = min(len(index), depth * options.oversample)

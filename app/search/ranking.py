@@ -20,8 +20,12 @@ def hamming(queries: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 
 def cosine_distance(queries: np.ndarray, floats: np.ndarray) -> np.ndarray:
-    """(nq, n) 1 - cosine similarity of unit-length rows."""
-    return 1.0 - queries @ floats.T
+    """(nq, n) 1 - cosine similarity of unit-length rows, in [0, 2].
+
+    Clipped because float32 rounding puts a vector's similarity with itself a hair above 1,
+    which would show users a distance of -3e-7 and a score above 1.
+    """
+    return np.clip(1.0 - queries @ floats.T, 0.0, 2.0)
 
 
 def score_of(distance: float, mode: str, bits: int) -> float:

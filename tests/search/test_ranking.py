@@ -42,3 +42,18 @@ def test_non_maximum_suppression_keeps_separate_places():
     kept = non_maximum_suppression(segments, iou=0.3, limit=3)
     assert kept == [(2.0, 3.0, 0.1), (7.0, 8.0, 0.15), (4.0, 5.0, 0.9)]
     assert non_maximum_suppression(segments, iou=0.3, limit=2) == kept[:2]
+
+
+def test_cosine_distance_never_rounds_below_zero() -> None:
+    """float32 rounding puts some unit vectors' self-similarity a hair above 1 (users saw -3e-7)."""
+    from app.index import cosine_distance as index_cosine_distance
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((500, 256)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    raw_self = np.diag(x @ x.T)
+    assert (raw_self > 1.0).any()  # the case exists in this sample
+    distances = cosine_distance(x, x)
+    assert (distances >= 0).all() and (np.diag(distances)[raw_self > 1.0] == 0).all()
+    assert (index_cosine_distance(raw_self) >= 0).all()
+    assert (cosine_distance(x[:50], -x[:50]) <= 2).all()
