@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import faiss
 import numpy as np
+from numba.core.errors import NumbaError
 
 from app.index._hamming_kernels import knn_hamming_shared
+from app.index._hamming_single import disable as disable_single
 from app.index._hamming_single import knn_hamming_single, supports
 
 # From this many queries on, the shared scan beats the heap scan (see above).
@@ -53,7 +55,10 @@ def knn_hamming(
     """
     nq, nbytes = queries.shape
     if nq == 1 and supports(nbytes):
-        return knn_hamming_single(queries, database, k)
+        try:
+            return knn_hamming_single(queries, database, k)
+        except NumbaError as exc:  # the kernel failed to compile here: answer with FAISS instead
+            disable_single(exc)
     if nbytes % 8:  # the compiled kernels work on whole 64-bit words
         return knn_hamming_heap(queries, database, k)
     if nq < BATCHED_MIN_QUERIES:

@@ -20,10 +20,13 @@ Exact; at equal distances the earlier row wins, as in the shared-scan kernel.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
+from numba.core.errors import NumbaError
 from numba.extending import intrinsic
 
 from app.index._hamming_kernels import INT32_MAX, _insert, _popcount64
@@ -36,6 +39,11 @@ VECTORS_PER_STEP = 4  # vectors loaded per step: enough independent work to hide
 # 128 KB 0.54. A prefetch past the end of the array is a harmless hint: it never faults.
 PREFETCH_WORDS = 2048
 SUPPORTED_WORDS = (1, 2, 4, 8)
+
+log = logging.getLogger(__name__)
+# Cleared if the kernel cannot be compiled here (the intrinsic speaks LLVM IR directly, which a
+# future numba/llvmlite might refuse); single queries then fall back to FAISS' heap scan.
+_usable = True
 
 
 def _make_rows_below(words: int):
@@ -145,8 +153,16 @@ def _knn_one(flat, n, words, query_tile, k):  # pragma: no cover - compiled
 
 
 def supports(nbytes: int) -> bool:
-    """Whether codes of ``nbytes`` bytes take the vector kernel."""
-    return nbytes % 8 == 0 and nbytes // 8 in SUPPORTED_WORDS
+    """Whether codes of ``nbytes`` bytes take the vector kernel (and it compiled here)."""
+    return _usable and nbytes % 8 == 0 and nbytes // 8 in SUPPORTED_WORDS
+
+
+def disable(reason: BaseException) -> None:
+    """Stop using the kernel in this process (logged once); callers fall back to FAISS."""
+    global _usable
+    if _usable:
+        log.warning("one-query Hamming kernel unavailable, using FAISS' heap scan: %s", reason)
+    _usable = False
 
 
 def knn_hamming_single(queries: np.ndarray, database: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -174,5 +190,8 @@ def knn_hamming_single(queries: np.ndarray, database: np.ndarray, k: int) -> tup
 def warm_up() -> None:
     """Compile (or load from numba's cache) the kernel for every supported width."""
     codes = np.zeros((40, 64), dtype=np.uint8)
-    for nbytes in (8, 16, 32, 64):
-        knn_hamming_single(codes[:1, :nbytes], codes[:, :nbytes], 1)
+    try:
+        for nbytes in (8, 16, 32, 64):
+            knn_hamming_single(codes[:1, :nbytes], codes[:, :nbytes], 1)
+    except NumbaError as exc:
+        disable(exc)

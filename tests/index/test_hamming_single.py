@@ -64,3 +64,24 @@ def test_widths_it_does_not_take_are_refused(rng: np.random.Generator) -> None:
         knn_hamming_single(random_codes(rng, 1, 192), random_codes(rng, 10, 192), 2)
     with pytest.raises(ValueError, match="k must be"):
         knn_hamming_single(random_codes(rng, 1, 128), random_codes(rng, 10, 128), 0)
+
+
+def test_a_kernel_that_cannot_compile_falls_back_to_faiss(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    from numba.core.errors import LoweringError
+
+    import app.index._hamming as hamming
+    import app.index._hamming_single as single
+
+    def broken(*args, **kwargs):
+        raise LoweringError("intrinsic refused by this LLVM")
+
+    monkeypatch.setattr(single, "_usable", True)
+    monkeypatch.setattr(hamming, "knn_hamming_single", broken)
+    codes = random_codes(rng, 500, 128)
+    query = random_codes(rng, 1, 128)
+    distances, rows = hamming.knn_hamming(query, codes, 7)  # answered by the heap scan
+    assert_knn_consistent(distances, rows, exact.hamming_distances(query, codes), np.arange(500), 7, ascending=True)
+    assert not single.supports(16)  # and the kernel is not tried again
+    monkeypatch.setattr(single, "knn_hamming_single", broken)
+    single.warm_up()  # warm-up failing the same way disables, it does not raise
+    assert not single.supports(16)
