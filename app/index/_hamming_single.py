@@ -48,7 +48,8 @@ _usable = True
 
 def _make_rows_below(words: int):
     """An intrinsic ``(flat, start, query_tile, bound) -> uint64`` mask of the rows in the step
-    beginning at word ``start`` whose distance to the query is below ``bound``."""
+    (``LANES * VECTORS_PER_STEP // words`` rows) beginning at word ``start`` whose distance to
+    the query is below ``bound``."""
     per_vector = LANES // words
 
     @intrinsic
@@ -89,13 +90,14 @@ def _make_rows_below(words: int):
 
         return signature, codegen
 
-    return rows_below, per_vector * VECTORS_PER_STEP
+    return rows_below
 
 
-_rows_below_1, _STEP_ROWS_1 = _make_rows_below(1)
-_rows_below_2, _STEP_ROWS_2 = _make_rows_below(2)
-_rows_below_4, _STEP_ROWS_4 = _make_rows_below(4)
-_rows_below_8, _STEP_ROWS_8 = _make_rows_below(8)
+# one intrinsic per width: the lane sums differ, and numba must pick one at compile time
+_rows_below_1 = _make_rows_below(1)
+_rows_below_2 = _make_rows_below(2)
+_rows_below_4 = _make_rows_below(4)
+_rows_below_8 = _make_rows_below(8)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -122,14 +124,7 @@ def _knn_one(flat, n, words, query_tile, k):  # pragma: no cover - compiled
     distances = np.full(k, INT32_MAX, np.int32)
     rows = np.full(k, -1, np.int64)
     bound = INT32_MAX
-    if words == 1:
-        step = _STEP_ROWS_1
-    elif words == 2:
-        step = _STEP_ROWS_2
-    elif words == 4:
-        step = _STEP_ROWS_4
-    else:
-        step = _STEP_ROWS_8
+    step = LANES * VECTORS_PER_STEP // words  # rows per step
     whole = n - n % step
     for first in range(0, whole, step):
         start = first * words

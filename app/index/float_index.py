@@ -94,8 +94,12 @@ class FloatIndex(ShardedIndex):
 
 
 def cosine_distance(similarities: np.ndarray) -> np.ndarray:
-    """``1 - similarity``, clipped to ``[0, 2]`` (float32 rounding can put a unit vector's
-    similarity with itself just above 1); smaller is better."""
+    """``1 - similarity``, clipped to ``[0, 2]``; smaller is better.
+
+    Clipped because float32 rounding puts a unit vector's similarity with itself a hair above 1,
+    which would show users a distance of -3e-7 and a score above 1. Every float search path
+    (float mode, two-stage re-ranking, occurrences) converts through this one function.
+    """
     return np.clip(1.0 - similarities, 0.0, 2.0).astype(np.float32)
 
 

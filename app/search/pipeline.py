@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 
 from app.errors import InvalidInput
-from app.search.ranking import ItemHit, cosine_distance, group_by_item, hamming, non_maximum_suppression, score_of
+from app.search.ranking import (
+    ItemHit,
+    cosine_distance,
+    group_by_item,
+    hamming,
+    non_maximum_suppression,
+    score_of,
+    similarity_to_distance,
+)
 from app.search.scan import SharedScan
 from app.storage.catalog import Catalog, Collection
 from app.storage.index_store import CollectionIndex
@@ -109,7 +117,7 @@ async def _segment_distances(index: CollectionIndex, scans: Scans, query: Query,
     elif options.mode == "float":
         assert scans.float is not None
         sims, ids = await scans.float.search(query.floats, depth)
-        _merge(best, ids, np.clip(1.0 - sims.astype(np.float64), 0.0, 2.0))  # as ranking.cosine_distance
+        _merge(best, ids, similarity_to_distance(sims))
     else:
         assert scans.binary is not None and index.float is not None
         shortlist = min(len(index), depth * options.oversample)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.eval.metrics import temporal_iou  # one definition for the service and the evaluation
+from app.index import cosine_distance as similarity_to_distance  # one clipping rule for every float path
 
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int32)
 
@@ -20,12 +21,8 @@ def hamming(queries: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 
 def cosine_distance(queries: np.ndarray, floats: np.ndarray) -> np.ndarray:
-    """(nq, n) 1 - cosine similarity of unit-length rows, in [0, 2].
-
-    Clipped because float32 rounding puts a vector's similarity with itself a hair above 1,
-    which would show users a distance of -3e-7 and a score above 1.
-    """
-    return np.clip(1.0 - queries @ floats.T, 0.0, 2.0)
+    """(nq, n) 1 - cosine similarity of unit-length rows, in [0, 2] (see ``app.index.cosine_distance``)."""
+    return similarity_to_distance(queries @ floats.T)
 
 
 def score_of(distance: float, mode: str, bits: int) -> float:
