@@ -6,6 +6,11 @@ and frame-to-frame change; how coarse bands rise and fall together (their correl
 fast each band's envelope fluctuates (its modulation spectrum, pooled into log-spaced bins). These
 are the summary statistics auditory texture work uses, computed on our own log-mel frontend.
 
+With ``pcen`` the same statistics are also taken of PCEN frames (app/features/pcen.py) and
+appended: log compression keeps a sound's level and steady background, PCEN divides both out and
+leaves its onsets and fluctuations, and retrieval of unseen sound classes uses the two together
+(reports/audio).
+
 The output is one statistics vector per window, shaped (B, 1, n_stats) so it fits the frontend
 convention of (batch, frames, features) with a single "frame". The modulation bins depend on
 the number of frames, so every window must have the same length (the encoder centres or pads
@@ -18,6 +23,7 @@ import numpy as np
 import torch
 
 from app.features.logmel import LogMel
+from app.features.pcen import Pcen
 
 
 def modulation_edges(n_frames: int, n_bins: int) -> list[tuple[int, int]]:
@@ -39,10 +45,11 @@ class TextureStats(torch.nn.Module):
         bands: coarse bands the mel bands are averaged into for correlation and modulation;
             must divide ``n_mels``.
         mod_bins: log-spaced modulation-frequency bins per coarse band.
+        pcen: also append the statistics of PCEN frames (librosa's default PCEN), doubling the output.
     """
 
     def __init__(self, sample_rate: int = 16000, n_mels: int = 64, bands: int = 16, mod_bins: int = 8,
-                 win_ms: float = 25.0, hop_ms: float = 10.0) -> None:
+                 win_ms: float = 25.0, hop_ms: float = 10.0, pcen: bool = False) -> None:
         super().__init__()
         if bands < 2 or n_mels % bands:
             raise ValueError(f"bands ({bands}) must be at least 2 and divide n_mels ({n_mels})")
@@ -51,15 +58,23 @@ class TextureStats(torch.nn.Module):
         self.sample_rate = sample_rate
         self.n_mels, self.bands, self.mod_bins = n_mels, bands, mod_bins
         self.logmel = LogMel(sample_rate, win_ms=win_ms, hop_ms=hop_ms, n_mels=n_mels)
+        self.pcen = Pcen(frames_per_s=1000.0 / hop_ms) if pcen else None
         rows, cols = np.triu_indices(bands, 1)
         self.register_buffer("upper_rows", torch.from_numpy(rows), persistent=False)
         self.register_buffer("upper_cols", torch.from_numpy(cols), persistent=False)
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         mel = self.logmel(wave)  # (B, T, M)
+        if mel.shape[1] < 3:
+            raise ValueError(f"texture statistics need at least 3 frames, got {mel.shape[1]}; use a longer window")
+        parts = [self.statistics(mel)]
+        if self.pcen is not None:
+            parts.append(self.statistics(self.pcen(mel)))
+        return torch.cat(parts, 1)[:, None, :]
+
+    def statistics(self, mel: torch.Tensor) -> torch.Tensor:
+        """(B, n) statistics of (B, T, M) frames: per-band moments, correlations, modulation."""
         n, frames, _ = mel.shape
-        if frames < 3:
-            raise ValueError(f"texture statistics need at least 3 frames, got {frames}; use a longer window")
         delta = mel[:, 1:] - mel[:, :-1]
         per_band = [mel.mean(1), mel.std(1, correction=0), delta.abs().mean(1)]
 
@@ -75,4 +90,4 @@ class TextureStats(torch.nn.Module):
         binned = torch.stack([power[:, a:b].sum(1) for a, b in modulation_edges(frames, self.mod_bins)], 1)
         modulation = torch.log(binned + 1e-3).flatten(1)  # bin-major: all bands of bin 0, then bin 1...
 
-        return torch.cat([*per_band, correlation, modulation], 1)[:, None, :]
+        return torch.cat([*per_band, correlation, modulation], 1)

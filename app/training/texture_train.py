@@ -45,6 +45,7 @@ class TextureTrainConfig:
     n_mels: int = 64
     bands: int = 16
     mod_bins: int = 8
+    pcen: bool = True  # PCEN statistics next to the log-mel ones (app/features/texture.py)
     whiten_dim: int = 128
     whiten_eps: float = 0.01
     hidden: int = 256
@@ -65,7 +66,7 @@ class TextureTrainConfig:
 
     def features(self) -> dict[str, Any]:
         return {"kind": "texture", "sample_rate": self.sample_rate, "n_mels": self.n_mels, "bands": self.bands,
-                "mod_bins": self.mod_bins, "win_ms": 25.0, "hop_ms": 10.0}
+                "mod_bins": self.mod_bins, "win_ms": 25.0, "hop_ms": 10.0, "pcen": self.pcen}
 
 
 def window_stats(frontend: TextureStats, windows: list[np.ndarray]) -> np.ndarray:

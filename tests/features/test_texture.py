@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from app.features.logmel import LogMel
+from app.features.pcen import Pcen
 from app.features.spectrogram import build_features
 from app.features.texture import TextureStats, modulation_edges
 
@@ -44,6 +45,19 @@ def test_statistics_match_the_numpy_reference() -> None:
     assert got.shape == (2, 1, 3 * 16 + 6 + 4 * len(modulation_edges(mel.shape[1], 5)))
     for row in range(2):
         np.testing.assert_allclose(got[row, 0].numpy(), numpy_texture(mel[row], 4, 5), rtol=1e-4, atol=1e-4)
+
+
+def test_pcen_statistics_follow_the_log_mel_ones() -> None:
+    """With ``pcen`` the same statistics of the PCEN frames (checked in test_pcen.py) are appended."""
+    rng = np.random.default_rng(2)
+    waves = (0.1 * rng.standard_normal((2, 8000)) * np.linspace(0.2, 1.0, 8000)).astype(np.float32)
+    got = TextureStats(sample_rate=8000, n_mels=16, bands=4, mod_bins=5, pcen=True)(torch.from_numpy(waves))
+    mel = LogMel(8000, n_mels=16)(torch.from_numpy(waves)).double()
+    pcen = Pcen(frames_per_s=100.0)(mel).numpy()
+    for row in range(2):
+        expected = np.concatenate([numpy_texture(mel[row].numpy(), 4, 5), numpy_texture(pcen[row], 4, 5)])
+        np.testing.assert_allclose(got[row, 0].numpy(), expected, rtol=1e-4, atol=1e-4)
+    assert build_features({"kind": "texture", "sample_rate": 8000, "n_mels": 16, "bands": 4, "pcen": True}).pcen is not None
 
 
 def test_the_beating_tone_has_its_modulation_energy_where_the_beat_is() -> None:

@@ -157,3 +157,13 @@ def test_bad_options_exit_with_a_message(manifest: Path, tmp_path: Path, capsys:
     assert _train(manifest, tmp_path / "b", "--head-dim", "4") == 2
     assert "--bits 16 must equal" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_pcen_statistics_are_on_by_default_and_can_be_left_out(checkpoint: Path, manifest: Path, tmp_path: Path) -> None:
+    with_pcen = json.loads((checkpoint / "config.json").read_text())
+    assert with_pcen["features"]["pcen"] is True
+    assert _train(manifest, tmp_path / "plain", "--no-pcen", "--cv-folds", "0") == 0
+    plain = json.loads((tmp_path / "plain" / "config.json").read_text())
+    assert plain["features"]["pcen"] is False
+    assert with_pcen["arch"]["n_in"] == 2 * plain["arch"]["n_in"]  # the same statistics twice
+    create_encoder("tiny-texture", discover([tmp_path / "plain"]))  # and it loads
