@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.encoders.registry import discover
+from app.encoders.runtime import configure_torch
 from app.errors import Conflict, InvalidInput, NotFound
 from app.index import warm_up_hamming_kernels
 from app.metrics import Metrics
@@ -68,9 +69,7 @@ class Services:
     async def start(self) -> None:
         """Load the encoders collections use and every collection's indices."""
         self.not_ready = ["loading encoders and indices"]
-        import torch
-
-        torch.set_num_threads(self.settings.torch_threads)
+        configure_torch(self.settings.torch_threads)
         # The Hamming kernels are compiled on first use (seconds; milliseconds from numba's
         # on-disk cache): pay for it here, not in the first user's query.
         await asyncio.to_thread(warm_up_hamming_kernels)

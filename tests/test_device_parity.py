@@ -1,0 +1,58 @@
+"""The CPU-vs-GPU comparison in bench/device_parity.py, checked by hand on CPU (the suite never needs a GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from app.encoders.base import Embeddings, l2_normalise, sign_codes
+from bench import device_parity
+
+
+def _embeddings(floats: np.ndarray) -> Embeddings:
+    return Embeddings(floats=l2_normalise(floats), codes=sign_codes(floats))
+
+
+def test_identical_outputs_compare_as_identical() -> None:
+    floats = np.random.default_rng(0).standard_normal((20, 64)).astype(np.float32)
+    out = device_parity.compare(_embeddings(floats), _embeddings(floats))
+    assert out["max_abs_diff"] == 0.0 and out["bits_differing"] == 0.0
+    assert out["windows_with_any_bit_differing"] == 0.0 and out["same_top10_lists"] == 1.0
+    assert out["min_cosine"] == pytest.approx(1.0)
+
+
+def test_one_flipped_coordinate_is_counted_exactly() -> None:
+    floats = np.random.default_rng(1).standard_normal((20, 64)).astype(np.float32)
+    moved = floats.copy()
+    moved[3, 5] = -moved[3, 5]  # one coordinate changes sign: one bit of one window
+    a, b = _embeddings(floats), _embeddings(moved)
+    out = device_parity.compare(a, b)
+    assert out["bits_differing"] == pytest.approx(1 / (20 * 64))
+    assert out["windows_with_any_bit_differing"] == pytest.approx(1 / 20)
+    assert out["max_abs_diff"] == pytest.approx(float(np.abs(a.floats - b.floats).max()))
+    unit = a.floats[3] / np.linalg.norm(a.floats[3])
+    assert out["min_cosine"] == pytest.approx(float(unit @ (b.floats[3] / np.linalg.norm(b.floats[3]))), abs=1e-6)
+
+
+def test_top10_lists_follow_cosine_ranking() -> None:
+    floats = np.eye(12, dtype=np.float32) + 0.01
+    floats[1] = floats[0] + 0.001  # row 1 is row 0's nearest neighbour
+    top = device_parity._top10(floats.astype(np.float64))
+    assert top.shape == (12, 10) and top[0, 0] == 1 and top[1, 0] == 0
+    assert all(i not in row for i, row in enumerate(top))  # a query never lists itself
+
+
+def test_inputs_are_seeded_and_sized() -> None:
+    a = device_parity.audio_inputs(8000, 0.5, 6, seed=3)
+    assert [len(x) for x in a] == [4000] * 6 and all(x.dtype == np.float32 for x in a)
+    np.testing.assert_array_equal(a[2], device_parity.audio_inputs(8000, 0.5, 6, seed=3)[2])
+    images = device_parity.image_inputs(2)
+    assert images[0].shape == (240, 320, 3) and images[0].dtype == np.uint8
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message printed where there is no GPU")
+def test_without_a_gpu_it_says_so_and_exits_2(capsys: pytest.CaptureFixture, tmp_path) -> None:
+    assert device_parity.main(["--out", str(tmp_path / "x.json")]) == 2
+    assert "no CUDA device" in capsys.readouterr().out
+    assert not (tmp_path / "x.json").exists()
