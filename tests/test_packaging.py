@@ -1,5 +1,6 @@
 """The container installs the project as a wheel (`pip install .`): checkpoints and the page must be in it."""
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -9,8 +10,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_wheel_carries_default_checkpoints_and_web_page(tmp_path):
+    # Build from a copy of what the wheel is made of: setuptools leaves a build/ folder in the
+    # tree it builds, and a stale one there could carry deleted files into later wheels.
+    source = tmp_path / "src"
+    source.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", source)
+    shutil.copy(ROOT / "README.md", source)
+    shutil.copytree(ROOT / "app", source / "app", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(source)],
         check=True, capture_output=True, timeout=300,
     )
     (wheel,) = tmp_path.glob("recall-*.whl")

@@ -84,6 +84,9 @@ def fit_texture_net(stats: np.ndarray, labels: np.ndarray, arch: dict, whiten_ep
                     rotation_seed: int) -> tuple[TextureNet, list[float]]:
     """A TextureNet fitted to (windows, n_in) statistics with one label per window."""
     stats = np.ascontiguousarray(stats, dtype=np.float32)
+    # the head's initial weights come from torch's global generator: seed it here, or they would
+    # depend on whatever ran before (cross-validation folds, or nothing at all)
+    torch.manual_seed(head.seed)
     net = TextureNet(**arch)
     if stats.shape[1] != net.n_in:
         raise ValueError(f"statistics have {stats.shape[1]} values, the network takes {net.n_in}")

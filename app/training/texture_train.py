@@ -80,13 +80,16 @@ def window_stats(frontend: TextureStats, windows: list[np.ndarray]) -> np.ndarra
 
 
 class ClipStats:
-    """Every clip's statistics, computed once: dense training windows, item windows, one query."""
+    """Every clip's statistics, computed once: dense training windows and, for scoring
+    (``evaluation``), item windows and one query window."""
 
-    def __init__(self, cfg: TextureTrainConfig, frontend: TextureStats, waves: list[np.ndarray]) -> None:
+    def __init__(self, cfg: TextureTrainConfig, frontend: TextureStats, waves: list[np.ndarray],
+                 evaluation: bool = True) -> None:
         length = int(round(cfg.window_s * cfg.sample_rate))
-        self.query = window_stats(frontend, [eval_window(w, length) for w in waves])
         self.dense, self.dense_owner = self._windows(cfg, frontend, waves, cfg.train_hop_s)
-        self.items, self.item_owner = self._windows(cfg, frontend, waves, cfg.hop_s)
+        if evaluation:
+            self.query = window_stats(frontend, [eval_window(w, length) for w in waves])
+            self.items, self.item_owner = self._windows(cfg, frontend, waves, cfg.hop_s)
 
     @staticmethod
     def _windows(cfg: TextureTrainConfig, frontend: TextureStats, waves: list[np.ndarray], hop_s: float):
@@ -151,7 +154,7 @@ def train_texture(cfg: TextureTrainConfig) -> dict[str, Any]:
     if len(classes) < 2:
         raise ValueError(f"need at least 2 training classes, the manifest has {classes}")
     frontend = build_features(cfg.features())  # the same constructor the service's loader uses
-    stats = ClipStats(cfg, frontend, load_waves(records, cfg.sample_rate, cfg.cache_dir))
+    stats = ClipStats(cfg, frontend, load_waves(records, cfg.sample_rate, cfg.cache_dir), evaluation=cfg.cv_folds > 0)
     labels = np.array([r.label for r in records])
 
     folds = cross_validate(cfg, stats, labels, classes)

@@ -167,3 +167,11 @@ def test_pcen_statistics_are_on_by_default_and_can_be_left_out(checkpoint: Path,
     assert plain["features"]["pcen"] is False
     assert with_pcen["arch"]["n_in"] == 2 * plain["arch"]["n_in"]  # the same statistics twice
     create_encoder("tiny-texture", discover([tmp_path / "plain"]))  # and it loads
+
+
+def test_the_same_command_fits_the_same_weights_with_or_without_cross_validation(manifest: Path, tmp_path: Path) -> None:
+    """Seeded: two runs agree bit for bit, and the folds before the final fit do not change it."""
+    for name, extra in (("a", ["--cv-folds", "0"]), ("b", ["--cv-folds", "0"]), ("c", [])):
+        assert _train(manifest, tmp_path / name, *extra) == 0
+    weights = [(tmp_path / name / "weights.safetensors").read_bytes() for name in "abc"]
+    assert weights[0] == weights[1] == weights[2]
