@@ -136,7 +136,11 @@ def sound_qbe(encoders: dict[str, Encoder], records: list[Record], window_s: flo
         length = int(round(window_s * encoder.sample_rate))
         queries = [eval_window(w, length) for w in waves]
         items = [cut_windows(w, encoder.sample_rate, window_s, hop_s)[0] for w in waves]
-        out[name] = _qbe(_scores(encoder, queries, items), labels)
+        scores = _scores(encoder, queries, items)
+        out[name] = _qbe(scores, labels)
+        # which kinds of sound an encoder finds and which it does not (float search)
+        ap = _per_query_ap(scores["float"], labels)
+        out[name]["per_class_map"] = {c: float(ap[labels == c].mean()) for c in sorted(set(labels))}
     return out
 
 
@@ -230,7 +234,14 @@ def _markdown(report: dict[str, Any]) -> str:
     table("Keyword QbE, held-out speakers (all other clips)", report["speech_qbe"], "all")
     table("Keyword QbE, held-out speakers (other speakers' clips only)", report["speech_qbe"], "cross_speaker")
     if "sound_qbe" in report:
-        table("Sound QbE, ESC-50 classes held out of training", report["sound_qbe"])
+        sounds = report["sound_qbe"]
+        table("Sound QbE, ESC-50 classes held out of training", sounds)
+        names = [n for n, v in sounds.items() if isinstance(v, dict) and "per_class_map" in v]
+        lines.extend(["MAP of each held-out class's queries (float search):", "",
+                      "| class | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"])
+        for c in sounds["classes"]:
+            lines.append(f"| {c} | " + " | ".join(f"{sounds[n]['per_class_map'][c]:.3f}" for n in names) + " |")
+        lines.append("")
     loc = report["localisation"]
     lines.extend(["## Spoken-term localisation in long recordings", "",
                   f"{loc['recordings']} recordings of {loc['words_per_recording']} held-out utterances, {loc['queries']} queries "
