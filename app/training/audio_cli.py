@@ -75,6 +75,9 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     t.add_argument("--train-hop", type=float, default=0.25, help="hop of the training windows in seconds")
     t.add_argument("--pcen", action=argparse.BooleanOptionalAction, default=True,
                    help="statistics of PCEN frames next to the log-mel ones (--no-pcen: log-mel only)")
+    t.add_argument("--augment-copies", type=int, default=0,
+                   help="augmented copies of each training clip (speed 0.9-1.1, noise 10-30 dB SNR half the time, "
+                        "gain +-6 dB); --no-augment also sets 0")
     t.add_argument("--whiten-dim", type=int, default=128)
     t.add_argument("--whiten-eps", type=float, default=0.01, help="whitening regulariser, a fraction of the top eigenvalue")
     t.add_argument("--head-dim", type=int, help="metric-head outputs (default: --bits minus --whiten-dim)")
@@ -109,6 +112,7 @@ def run_texture(args: argparse.Namespace) -> int:
     cfg = TextureTrainConfig(
         manifest=args.manifest, out=args.out, name=args.name or Path(args.out).name, holdout=args.holdout,
         sample_rate=args.sample_rate, window_s=args.window, hop_s=args.hop, train_hop_s=args.train_hop, pcen=args.pcen,
+        augment_copies=args.augment_copies if args.augment else 0,
         whiten_dim=args.whiten_dim, whiten_eps=args.whiten_eps, head_dim=head_dim,
         dropout=0.2 if args.dropout is None else args.dropout,
         head=HeadTraining(steps=args.steps, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,

@@ -58,6 +58,20 @@ def energetic_crop(wave: np.ndarray, length: int, rng: np.random.Generator | Non
     return wave[start : start + length]
 
 
+def augmented_copy(wave: np.ndarray, rng: np.random.Generator, speed: tuple[float, float] = (0.9, 1.1),
+                   noise_prob: float = 0.5, snr_db: tuple[float, float] = (10.0, 30.0),
+                   gain_db: tuple[float, float] = (-6.0, 6.0)) -> np.ndarray:
+    """A whole clip played at another speed, with noise half the time and another gain.
+
+    For models fitted to window statistics (texture-mlp), which see every window of a clip
+    rather than one training window at a time.
+    """
+    out = change_speed(np.asarray(wave, np.float32), rng.uniform(*speed))
+    if rng.random() < noise_prob:
+        out = add_noise(out, rng.uniform(*snr_db), rng)
+    return apply_gain(out, rng.uniform(*gain_db))
+
+
 @dataclass(frozen=True)
 class AugmentConfig:
     """Probabilities and ranges; defaults are mild enough not to change a word's identity."""

@@ -25,7 +25,7 @@ from app.features.spectrogram import build_features
 from app.features.texture import TextureStats
 from app.features.windows import cut_windows
 from app.training.audio_data import Record, load_waves, read_manifest
-from app.training.augment import eval_window
+from app.training.augment import augmented_copy, eval_window
 from app.training.retrieval import best_window_scores, retrieval_metrics
 from app.training.texture_fit import HeadTraining, fit_texture_net
 
@@ -42,6 +42,7 @@ class TextureTrainConfig:
     window_s: float = 2.0
     hop_s: float = 1.0  # default hop over long recordings, and the items' hop in cross-validation
     train_hop_s: float = 0.25  # dense windows for fitting: ~4x the examples of a 1-s hop
+    augment_copies: int = 0  # per training clip: speed, noise and gain changed (augment.augmented_copy)
     n_mels: int = 64
     bands: int = 16
     mod_bins: int = 8
@@ -80,13 +81,24 @@ def window_stats(frontend: TextureStats, windows: list[np.ndarray]) -> np.ndarra
 
 
 class ClipStats:
-    """Every clip's statistics, computed once: dense training windows and, for scoring
-    (``evaluation``), item windows and one query window."""
+    """Every clip's statistics, computed once: dense training windows (of the clips and of their
+    augmented copies, each owned by its clip) and, for scoring (``evaluation``), item windows and
+    one query window of the clips themselves."""
 
     def __init__(self, cfg: TextureTrainConfig, frontend: TextureStats, waves: list[np.ndarray],
                  evaluation: bool = True) -> None:
         length = int(round(cfg.window_s * cfg.sample_rate))
         self.dense, self.dense_owner = self._windows(cfg, frontend, waves, cfg.train_hop_s)
+        if cfg.augment_copies > 0:
+            rng = np.random.default_rng(cfg.seed)
+            copies, owners = [], []
+            for i, wave in enumerate(waves):
+                for _ in range(cfg.augment_copies):
+                    copies.append(augmented_copy(wave, rng))
+                    owners.append(i)
+            dense, owner = self._windows(cfg, frontend, copies, cfg.train_hop_s)
+            self.dense = np.concatenate([self.dense, dense])
+            self.dense_owner = np.concatenate([self.dense_owner, np.asarray(owners)[owner]])
         if evaluation:
             self.query = window_stats(frontend, [eval_window(w, length) for w in waves])
             self.items, self.item_owner = self._windows(cfg, frontend, waves, cfg.hop_s)
@@ -145,6 +157,8 @@ def train_texture(cfg: TextureTrainConfig) -> dict[str, Any]:
     """Cross-validate, fit on every training class, write the checkpoint; returns its metrics."""
     torch.set_num_threads(cfg.threads)
     started = time.time()
+    if cfg.augment_copies < 0:
+        raise ValueError(f"augment copies must be 0 or more, got {cfg.augment_copies}")
     records: list[Record] = read_manifest(cfg.manifest)
     unknown = sorted(set(cfg.holdout) - {r.label for r in records})
     if unknown:

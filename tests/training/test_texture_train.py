@@ -175,3 +175,18 @@ def test_the_same_command_fits_the_same_weights_with_or_without_cross_validation
         assert _train(manifest, tmp_path / name, *extra) == 0
     weights = [(tmp_path / name / "weights.safetensors").read_bytes() for name in "abc"]
     assert weights[0] == weights[1] == weights[2]
+
+
+def test_augmented_copies_add_training_windows_owned_by_their_clips(checkpoint: Path, manifest: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    plain = json.loads((checkpoint / "metrics.json").read_text())  # the default: no copies
+    assert json.loads((checkpoint / "config.json").read_text())["training"]["augment_copies"] == 0
+    assert _train(manifest, tmp_path / "copies", "--augment-copies", "2", "--cv-folds", "0") == 0
+    with_copies = json.loads((tmp_path / "copies" / "metrics.json").read_text())
+    assert json.loads((tmp_path / "copies" / "config.json").read_text())["training"]["augment_copies"] == 2
+    assert _train(manifest, tmp_path / "off", "--augment-copies", "2", "--no-augment", "--cv-folds", "0") == 0
+    assert json.loads((tmp_path / "off" / "config.json").read_text())["training"]["augment_copies"] == 0
+    # each copy is 0.9-1.1x as long as its clip, so it brings about as many windows again
+    assert 2.5 * plain["train_windows"] < with_copies["train_windows"] < 3.5 * plain["train_windows"]
+    assert _train(manifest, tmp_path / "bad", "--augment-copies", "-1") == 2
+    assert "augment copies" in capsys.readouterr().err
