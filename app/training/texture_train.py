@@ -90,18 +90,20 @@ class ClipStats:
         length = int(round(cfg.window_s * cfg.sample_rate))
         self.dense, self.dense_owner = self._windows(cfg, frontend, waves, cfg.train_hop_s)
         if cfg.augment_copies > 0:
-            rng = np.random.default_rng(cfg.seed)
-            copies, owners = [], []
-            for i, wave in enumerate(waves):
-                for _ in range(cfg.augment_copies):
-                    copies.append(augmented_copy(wave, rng))
-                    owners.append(i)
-            dense, owner = self._windows(cfg, frontend, copies, cfg.train_hop_s)
+            dense, owner = self._augmented_windows(cfg, frontend, waves)
             self.dense = np.concatenate([self.dense, dense])
-            self.dense_owner = np.concatenate([self.dense_owner, np.asarray(owners)[owner]])
+            self.dense_owner = np.concatenate([self.dense_owner, owner])
         if evaluation:
             self.query = window_stats(frontend, [eval_window(w, length) for w in waves])
             self.items, self.item_owner = self._windows(cfg, frontend, waves, cfg.hop_s)
+
+    @classmethod
+    def _augmented_windows(cls, cfg: TextureTrainConfig, frontend: TextureStats, waves: list[np.ndarray]):
+        """Dense windows of ``cfg.augment_copies`` seeded copies of every clip, owned by that clip."""
+        rng = np.random.default_rng(cfg.seed)
+        copies = [augmented_copy(wave, rng) for wave in waves for _ in range(cfg.augment_copies)]
+        stats, copy_owner = cls._windows(cfg, frontend, copies, cfg.train_hop_s)
+        return stats, copy_owner // cfg.augment_copies  # copy c belongs to clip c // copies
 
     @staticmethod
     def _windows(cfg: TextureTrainConfig, frontend: TextureStats, waves: list[np.ndarray], hop_s: float):
