@@ -90,9 +90,7 @@ def throughput(encoder: Encoder, inputs: list, repeat: int = 3) -> float:
     return len(inputs) / best
 
 
-def check(name: str, specs: dict, inputs: list, seconds_per_input: float | None) -> dict[str, Any]:
-    cpu = create_encoder(name, specs, device="cpu")
-    gpu = create_encoder(name, specs, device="cuda")
+def check(cpu: Encoder, gpu: Encoder, inputs: list, seconds_per_input: float | None) -> dict[str, Any]:
     out: dict[str, Any] = {"inputs": len(inputs), **compare(cpu.encode(inputs), gpu.encode(inputs))}
     for device, encoder in (("cuda", gpu), ("cpu", cpu)):
         per_s = throughput(encoder, inputs)
@@ -125,16 +123,16 @@ def main(argv: list[str] | None = None) -> int:
         "encoders": {},
     }
     for name, spec in sorted(specs.items()):
-        encoder = create_encoder(name, specs, device="cpu")
+        cpu = create_encoder(name, specs, device="cpu")
+        gpu = create_encoder(name, specs, device="cuda")
         if spec.modality == "audio":
-            inputs = audio_inputs(encoder.sample_rate, encoder.default_window_s, N_INPUTS)
-            result = check(name, specs, inputs, encoder.default_window_s)
+            inputs = audio_inputs(cpu.sample_rate, cpu.default_window_s, N_INPUTS)
+            result = check(cpu, gpu, inputs, cpu.default_window_s)
         else:
-            result = check(name, specs, image_inputs(N_INPUTS), None)
+            result = check(cpu, gpu, image_inputs(N_INPUTS), None)
             try:
                 texts = [f"a photo of {n} things on a table" for n in range(32)]
-                text = compare(encoder.encode_text(texts), create_encoder(name, specs, device="cuda").encode_text(texts))
-                result["text"] = text
+                result["text"] = compare(cpu.encode_text(texts), gpu.encode_text(texts))
             except (ImportError, ModuleNotFoundError, NotImplementedError) as exc:
                 result["text"] = f"not checked: {type(exc).__name__}: {exc}"
         report["encoders"][name] = result

@@ -131,9 +131,6 @@ def build_model(config: dict[str, Any]) -> tuple[torch.nn.Module, torch.nn.Modul
     return build_parts(config, config["family"], BUILDERS[config["family"]])
 
 
-# Architecture and frontend keys that must be equal for --init-from: they decide what the weights
-# mean. Dropout is left out on purpose (no weights; fine-tuning often changes it), and so are the
-# name, hop and description (service defaults, not the model).
 def _seed_everything(seed: int) -> np.random.Generator:
     random.seed(seed)
     torch.manual_seed(seed)

@@ -15,6 +15,9 @@ import torch
 from app.encoders._trained_audio import build_parts
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
 
+# Architecture and frontend keys that must be equal: they decide what the weights mean. Dropout is
+# left out on purpose (no weights; fine-tuning often changes it), and so are the name, hop and
+# description (service defaults, not the model).
 _INIT_KEYS = ("family", "sample_rate", "window_s", "bits", "features")
 
 
