@@ -1,8 +1,11 @@
-"""Seed demo collections on the first start, so the page shows working search at once.
+"""Demo collections of real media, so the page shows working search at once.
 
-Runs in the lifespan when ``settings.demo`` (``RECALL_DEMO``) is true and the catalog has no
-collections yet; a service that already holds data is never touched. The media is generated
-(:mod:`app.demo_data`) and goes through the service's own ingest path, exactly like an upload.
+On the first start (``settings.demo``, ``RECALL_DEMO``) with an empty catalog, :func:`seed_demo`
+creates three collections from the files shipped in ``app/assets/demo`` (:mod:`app.demo_data`):
+spoken words from several speakers plus long recordings, everyday sounds, and captioned photos.
+A service that already holds data is never touched; the page's "load the demo data" button calls
+:func:`add_demo_collections`, which adds only the demo collections that are missing. The files go
+through the service's own ingest path, exactly like an upload.
 """
 
 from __future__ import annotations
@@ -12,14 +15,27 @@ import logging
 import time
 from typing import Any
 
-from app.demo_data import DemoFile, generated_images, generated_recordings, generated_sounds, generated_speech
+from app import demo_data
 from app.ingest import Upload, ingest
 from app.services import Services
 
 log = logging.getLogger(__name__)
 
+WORDS_COLLECTION = "demo-words"
 AUDIO_COLLECTION = "demo-sounds"
 IMAGE_COLLECTION = "demo-images"
+
+# collection -> (manifest key, modality, preferred encoder, description)
+DEMO = {
+    WORDS_COLLECTION: (demo_data.WORDS, "audio", "speech-attn-hash",
+                       "Demo: six Arabic keywords said by five speakers, English digits by four, and three long "
+                       "recordings that say some of those words twice. Search with one speaker's word to find the others."),
+    AUDIO_COLLECTION: (demo_data.SOUNDS, "audio", "sounds-texture",
+                       "Demo: everyday sounds from ESC-10 (dog, rain, crying baby, clock tick, helicopter, crackling fire), "
+                       "three recordings each. Search with one to find the other recordings of that sound."),
+    IMAGE_COLLECTION: (demo_data.PHOTOS, "image", None,
+                       "Demo: COCO photos (CC BY / CC BY-SA) with their captions. Describe one in a sentence to find it."),
+}
 
 
 async def seed_demo(services: Services) -> dict[str, Any]:
@@ -32,36 +48,50 @@ async def seed_demo(services: Services) -> dict[str, Any]:
     if services.collections:
         log.info("demo: the catalog already has collections; not seeding")
         return {"seeded": False}
+    return await add_demo_collections(services)
+
+
+async def add_demo_collections(services: Services) -> dict[str, Any]:
+    """Create each demo collection that does not exist yet and ingest its files."""
+    # one seeding at a time: two clicks on the page's button must not both create a collection
+    lock = services.__dict__.setdefault("_demo_lock", asyncio.Lock())
+    async with lock:
+        return await _add_missing(services)
+
+
+async def _add_missing(services: Services) -> dict[str, Any]:
     started = time.perf_counter()
-    # generation is CPU work (numpy, Pillow, espeak-ng subprocesses): keep it off the event loop
-    sounds, images = await asyncio.gather(asyncio.to_thread(_audio_files), asyncio.to_thread(generated_images))
     summary: dict[str, Any] = {"seeded": True, "collections": {}}
-    audio = await services.create_collection({
-        "name": AUDIO_COLLECTION, "modality": "audio", "encoder": services.settings.encoders.default_audio,
-        "description": "Demo: generated tones, chirps, noise bursts and espeak-ng speech; long recordings hide some of them at known times.",
-    })
-    summary["collections"][audio.name] = await _ingest(services, audio.name, sounds)
-    image_encoder = await _image_encoder(services)
-    image = await services.create_collection({
-        "name": IMAGE_COLLECTION, "modality": "image", "encoder": image_encoder,
-        "description": "Demo: procedurally drawn scenes of coloured shapes, each with a caption in its metadata.",
-    })
-    summary["collections"][image.name] = await _ingest(services, image.name, images)
+    for name, (key, modality, preferred, description) in DEMO.items():
+        if name in services.collections:
+            continue
+        # reading the files is disk work: keep it off the event loop
+        files = await asyncio.to_thread(demo_data.load, key)
+        encoder = await (_image_encoder(services) if modality == "image" else _audio_encoder(services, preferred))
+        await services.create_collection({"name": name, "modality": modality, "encoder": encoder, "description": description})
+        summary["collections"][name] = await _ingest(services, name, files)
     summary["seconds"] = round(time.perf_counter() - started, 2)
     log.info("demo: seeded %s in %.1f s", summary["collections"], summary["seconds"])
     return summary
 
 
-def _audio_files() -> list[DemoFile]:
-    return generated_sounds() + generated_recordings() + generated_speech()
-
-
-async def _ingest(services: Services, name: str, files: list[DemoFile]) -> dict[str, Any]:
-    uploads = [Upload(f.filename, f.data, id=f.filename.rsplit(".", 1)[0], metadata=f.metadata) for f in files]
+async def _ingest(services: Services, name: str, files: list[demo_data.DemoFile]) -> dict[str, Any]:
+    uploads = [Upload(f.filename, f.data, id=f.id, metadata=f.metadata) for f in files]
     report = await ingest(services, services.state(name), uploads)
-    for row in report.errors:  # generated media should never fail; say so loudly if it does
+    for row in report.errors:  # shipped media should never fail; say so loudly if it does
         log.error("demo: %s was not indexed: %s", row["file"], row["error"]["message"])
     return {"items": len(report.indexed), "errors": len(report.errors)}
+
+
+async def _audio_encoder(services: Services, preferred: str) -> str:
+    """The trained encoder made for this kind of sound when it is installed, else the default."""
+    if preferred in services.encoders.specs:
+        try:
+            await services.encoders.load(preferred)
+            return preferred
+        except Exception as exc:  # noqa: BLE001 - a broken checkpoint must not stop the demo
+            log.warning("demo: encoder %s did not load (%s); using the default", preferred, exc)
+    return services.settings.encoders.default_audio
 
 
 async def _image_encoder(services: Services) -> str:

@@ -1,21 +1,22 @@
-"""Demo seeding: what it creates, that search works on it, and when it stays away."""
+"""Demo seeding: the shipped real media, that search finds real matches in it, and when it stays away."""
 
 from __future__ import annotations
 
-import logging
+import json
 from typing import Any
 
 import pytest
+import soundfile as sf
 from fastapi.testclient import TestClient
+from PIL import Image
 
 from app import demo_data
-from app.demo import AUDIO_COLLECTION, IMAGE_COLLECTION
+from app.demo import AUDIO_COLLECTION, IMAGE_COLLECTION, WORDS_COLLECTION
 from app.main import create_app
-from tests.conftest import make_settings
+from tests.conftest import error_of, make_settings
 
-N_SOUNDS = 8 * 3  # eight kinds, three takes each
-N_RECORDINGS = 3
-N_SPEECH = len(demo_data.SPEECH_WORDS) * len(demo_data.SPEECH_VOICES) + 1  # words x voices + one sentence
+MANIFEST = [json.loads(line) for line in (demo_data.DEMO_DIR / demo_data.MANIFEST).read_text().splitlines()]
+REDISTRIBUTABLE = {"CC BY 4.0", "CC BY-SA 4.0", "CC BY 3.0", "CC BY 2.0", "CC BY-SA 2.0"}
 
 
 @pytest.fixture(scope="module")
@@ -25,51 +26,106 @@ def demo_client(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield client
 
 
+def _search(client: TestClient, collection: str, **body: Any) -> list[dict[str, Any]]:
+    response = client.post(f"/v1/collections/{collection}/search", json={"mode": "two_stage", **body})
+    assert response.status_code == 200, response.text
+    return response.json()["results"]
+
+
 def _overlaps(segment: dict[str, float], span: dict[str, Any]) -> bool:
     return segment["start"] < span["end"] and span["start"] < segment["end"]
 
 
-def test_first_start_seeds_audio_and_image_collections(demo_client: TestClient) -> None:
+def test_shipped_media_is_small_credited_redistributable_and_decodable() -> None:
+    files = [demo_data.DEMO_DIR / row["file"] for row in MANIFEST]
+    assert sum(f.stat().st_size for f in files) < 4_000_000  # "a few MB" in the repository
+    attribution = (demo_data.DEMO_DIR / "ATTRIBUTION.md").read_text()
+    for row, path in zip(MANIFEST, files):
+        assert row["metadata"]["licence"] in REDISTRIBUTABLE, row
+        assert f"`{row['file']}`" in attribution and row["metadata"]["credit"]
+        if path.suffix == ".jpg":
+            with Image.open(path) as image:
+                assert max(image.size) <= 256
+        else:
+            info = sf.info(path)
+            assert info.samplerate == demo_data.RATE and info.channels == 1
+    speakers = {row["metadata"]["speaker"] for row in MANIFEST if "word" in row["metadata"]}
+    assert len(speakers) == 9  # five Arabic and four English voices
+    assert len(list((demo_data.DEMO_DIR / "LICENSES").iterdir())) == 3
+
+
+def test_first_start_seeds_three_collections_with_the_trained_encoders(demo_client: TestClient) -> None:
     collections = {c["name"]: c for c in demo_client.get("/v1/collections").json()["data"]}
-    assert set(collections) == {AUDIO_COLLECTION, IMAGE_COLLECTION}
-    sounds, images = collections[AUDIO_COLLECTION], collections[IMAGE_COLLECTION]
-    assert sounds["modality"] == "audio" and images["modality"] == "image"
-    # CI installs espeak-ng, so the speech is part of the demo there
-    assert sounds["items"] == N_SOUNDS + N_RECORDINGS + N_SPEECH
-    assert images["items"] == 48 and images["segments"] == 48
-    assert sounds["indexed_segments"] == sounds["segments"] > sounds["items"]  # long recordings have many windows
+    assert set(collections) == {WORDS_COLLECTION, AUDIO_COLLECTION, IMAGE_COLLECTION}
+    expected = {key: sum(row["collection"] == key for row in MANIFEST) for key in ("words", "sounds", "photos")}
+    words, sounds, images = collections[WORDS_COLLECTION], collections[AUDIO_COLLECTION], collections[IMAGE_COLLECTION]
+    assert (words["items"], sounds["items"], images["items"]) == (expected["words"], expected["sounds"], expected["photos"])
+    assert (words["encoder"], sounds["encoder"], images["encoder"]) == ("speech-attn-hash", "sounds-texture", "image-text-minilm")
+    assert sounds["indexed_segments"] == sounds["segments"] > sounds["items"]  # 5 s clips, 2 s windows
     item = demo_client.get(f"/v1/collections/{IMAGE_COLLECTION}/items", params={"limit": 1}).json()["data"][0]
-    assert item["metadata"]["caption"] and item["has_media"]
+    assert item["metadata"]["caption"] and item["metadata"]["licence"] in REDISTRIBUTABLE and item["has_media"]
 
 
-def test_each_demo_sound_finds_its_other_takes(demo_client: TestClient) -> None:
-    # the siren and noise kinds are distinct enough for the training-free encoder to rank every
-    # other take first; weaker kinds (chirps) are only required to find one take in the top 3
-    for kind, needed in (("siren", 2), ("hiss", 2), ("rumble", 2), ("low-tone", 1), ("chirp-up", 1)):
-        body = demo_client.post(f"/v1/collections/{AUDIO_COLLECTION}/search", json={"item_id": f"{kind}-1", "k": 3, "mode": "float"}).json()
-        found = [r["id"] for r in body["results"] if r["id"].startswith(f"{kind}-")]
-        assert len(found) >= needed, (kind, [r["id"] for r in body["results"]])
+@pytest.mark.parametrize("word", demo_data.ASC_WORDS)
+def test_a_word_finds_the_same_word_said_by_another_speaker(demo_client: TestClient, word: str) -> None:
+    # speakers the encoder never heard in training; the long recordings also contain these words
+    for speaker in (1, 3):
+        results = _search(demo_client, WORDS_COLLECTION, item_id=f"{word}-s{speaker}", k=5)
+        clips = [r for r in results if not r["id"].startswith("recording-")]
+        assert clips and clips[0]["metadata"]["word"] == word, (word, speaker, [r["id"] for r in results])
 
 
-def test_recordings_list_every_occurrence_at_its_true_time(demo_client: TestClient) -> None:
-    items = demo_client.get(f"/v1/collections/{AUDIO_COLLECTION}/items", params={"limit": 100}).json()["data"]
+def test_an_english_digit_finds_other_speakers_saying_it(demo_client: TestClient) -> None:
+    for speaker in demo_data.FSDD_SPEAKERS:
+        results = _search(demo_client, WORDS_COLLECTION, item_id=f"digit-9-{speaker}", k=3)
+        assert sum(r["id"].startswith("digit-9-") for r in results) >= 2, [r["id"] for r in results]
+
+
+def test_a_sound_finds_other_recordings_of_its_kind(demo_client: TestClient) -> None:
+    for kind in ("crying-baby", "crackling-fire"):  # distinct enough to come first every time
+        for take in (1, 2, 3):
+            assert _search(demo_client, AUDIO_COLLECTION, item_id=f"{kind}-{take}", k=1)[0]["id"].startswith(kind)
+    for kind in ("dog", "rain", "clock-tick", "helicopter"):  # the weaker kinds: one other take in the top 4
+        found = [r["id"] for r in _search(demo_client, AUDIO_COLLECTION, item_id=f"{kind}-1", k=4)]
+        assert any(i.startswith(kind) for i in found), (kind, found)
+
+
+def test_recordings_list_both_occurrences_of_a_word_said_by_another_speaker(demo_client: TestClient) -> None:
+    items = demo_client.get(f"/v1/collections/{WORDS_COLLECTION}/items", params={"limit": 200}).json()["data"]
     recordings = [i for i in items if i["metadata"].get("occurrences")]
-    assert len(recordings) == N_RECORDINGS + 1  # the generated ones and the spoken sentence
+    assert len(recordings) == len(demo_data.RECORDINGS)
     for recording in recordings:
-        occurrences = recording["metadata"]["occurrences"]
-        kinds = [o["kind"] for o in occurrences]
-        repeated = max(set(kinds), key=kinds.count)
-        spans = [o for o in occurrences if o["kind"] == repeated]
+        words = [o["word"] for o in recording["metadata"]["occurrences"]]
+        repeated = max(set(words), key=words.count)
+        spans = [o for o in recording["metadata"]["occurrences"] if o["word"] == repeated]
         assert len(spans) == 2
-        query = "say-recall-en" if repeated == "speech" else f"{repeated}-1"
-        body = demo_client.post(
-            f"/v1/collections/{AUDIO_COLLECTION}/search", json={"item_id": query, "k": 60, "mode": "float"}
-        ).json()
-        hit = next(r for r in body["results"] if r["id"] == recording["id"])
-        best_two = hit["segments"][:2]
-        # each of the two best segments covers a different true occurrence
-        covered = [next((n for n, span in enumerate(spans) if _overlaps(seg, span)), None) for seg in best_two]
-        assert sorted(c for c in covered if c is not None) == [0, 1], (recording["id"], spans, best_two)
+        query_speaker = 2 if recording["metadata"]["speaker"] != "asc-2" else 4
+        results = _search(demo_client, WORDS_COLLECTION, item_id=f"{repeated}-s{query_speaker}", k=10, segments_per_item=3)
+        hit = next(r for r in results if r["id"] == recording["id"])
+        covered = [next((n for n, span in enumerate(spans) if _overlaps(seg, span)), None) for seg in hit["segments"][:2]]
+        assert sorted(c for c in covered if c is not None) == [0, 1], (recording["id"], spans, hit["segments"])
+
+
+def test_a_sentence_finds_the_photo_it_describes(demo_client: TestClient) -> None:
+    # a photo held out of the image-text model's training, described in words of our own
+    results = _search(demo_client, IMAGE_COLLECTION, text="horses on a hill by a lake", k=3)
+    assert results[0]["id"] == "coco-78499" and results[0]["metadata"]["seen_in_training"] is False
+
+
+def test_post_demo_adds_only_missing_collections(demo_client: TestClient) -> None:
+    assert demo_client.delete(f"/v1/collections/{AUDIO_COLLECTION}").status_code == 204
+    body = demo_client.post("/v1/demo").json()
+    assert list(body["added"]) == [AUDIO_COLLECTION]
+    assert body["added"][AUDIO_COLLECTION] == {"items": sum(r["collection"] == "sounds" for r in MANIFEST), "errors": 0}
+    assert demo_client.post("/v1/demo").json()["added"] == {}
+    assert demo_client.get("/v1/collections").json()["count"] == 3
+
+
+def test_encoders_say_what_they_are_for_before_they_are_loaded(demo_client: TestClient) -> None:
+    rows = {row["name"]: row for row in demo_client.get("/v1/encoders").json()["data"]}
+    assert not rows["sounds-attn-hash"]["loaded"] and "environmental sounds" in rows["sounds-attn-hash"]["description"]
+    assert "spoken keywords" in rows["speech-attn-hash"]["description"]
+    assert rows["audio-baseline"]["default"] and rows["audio-baseline"]["description"].startswith("training-free")
 
 
 def test_demo_is_not_seeded_again_or_when_turned_off(tmp_path) -> None:
@@ -79,21 +135,7 @@ def test_demo_is_not_seeded_again_or_when_turned_off(tmp_path) -> None:
         client.post("/v1/collections", json={"name": "mine", "modality": "image"})
     with TestClient(create_app(settings)) as client:  # a restart with data: nothing is added back
         names = [c["name"] for c in client.get("/v1/collections").json()["data"]]
-        assert names == [AUDIO_COLLECTION, "mine"]
-    with TestClient(create_app(make_settings(tmp_path / "off", demo=False))) as client:
-        assert client.get("/v1/collections").json()["count"] == 0
-
-
-def test_demo_without_espeak_has_no_speech_and_says_why(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(demo_data.shutil, "which", lambda name: None)
-    with caplog.at_level(logging.WARNING, logger="app.demo_data"):
-        assert demo_data.generated_speech() == []
-    assert "espeak-ng is not installed" in caplog.text
-
-
-def test_generated_media_is_deterministic_and_decodable() -> None:
-    first, second = demo_data.generated_sounds(), demo_data.generated_sounds()
-    assert [f.data for f in first] == [f.data for f in second]
-    assert len({f.filename for f in first}) == N_SOUNDS
-    shapes = demo_data._simple_shapes(4, seed=1)  # the fallback when synthetic scenes are absent
-    assert all(f.data.startswith(b"\x89PNG") and f.metadata["caption"] for f in shapes)
+        assert names == [AUDIO_COLLECTION, WORDS_COLLECTION, "mine"]
+    with TestClient(create_app(make_settings(tmp_path / "off", demo=False, api_keys=["k"]))) as client:
+        assert client.get("/v1/collections", headers={"X-API-Key": "k"}).json()["count"] == 0
+        assert error_of(client.post("/v1/demo"))["code"] == "unauthorized"  # the demo route is behind the key too

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fastapi import APIRouter, Response
 
 from app.api.deps import ServicesDep
 from app.api.schemas import CollectionCreate, CollectionPublic, CollectionsPublic
+from app.encoders.checkpoint import read_config
 
 router = APIRouter(tags=["collections"])
 
@@ -18,9 +21,20 @@ def list_encoders(services: ServicesDep) -> dict:
         row = {"name": name, "modality": spec.modality, "source": spec.source, "loaded": name in services.encoders.encoders}
         if row["loaded"]:
             row.update(services.encoders.encoders[name].describe())
+        else:  # what it is for, without loading it: the page shows this when creating a collection
+            row["description"] = _description(spec)
         row["default"] = name in (services.settings.encoders.default_audio, services.settings.encoders.default_image)
         data.append(row)
     return {"data": data, "count": len(data)}
+
+
+def _description(spec) -> str:
+    if spec.source == "builtin":
+        return getattr(spec.factory, "description", "")
+    try:
+        return str(read_config(Path(spec.source)).get("description", ""))
+    except Exception:  # noqa: BLE001 - a listing must not fail on one unreadable checkpoint
+        return ""
 
 
 @router.post("/collections", status_code=201, response_model=CollectionPublic)
