@@ -37,8 +37,13 @@ def output_features(pool: JudgingPool) -> np.ndarray:
     as rank k + 1, so mean_rank is defined for every pair and stays in (0, (k+1)/k].
     """
     retrieved = pool.membership
-    ranks = np.where(retrieved, pool.ranks, pool.k + 1) / pool.k
-    return np.column_stack([retrieved.mean(axis=0), ranks.mean(axis=0), ranks.min(axis=0)])
+    n_systems = retrieved.shape[0]
+    # integer sums first, one division last: the features of two pairs with the same ranks in
+    # another system order are then bit-identical (float means depend on summation order)
+    ranks = np.where(retrieved, pool.ranks, pool.k + 1)
+    return np.column_stack([
+        retrieved.sum(axis=0) / n_systems, ranks.sum(axis=0) / (n_systems * pool.k), ranks.min(axis=0) / pool.k,
+    ])
 
 
 class OrdinalGainModel:

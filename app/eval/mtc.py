@@ -29,6 +29,11 @@ from scipy.special import ndtr
 from app.eval.gain_models import moments, uniform_probabilities
 
 
+# Var[G_i] is at most (max level)^2 / 4; 12 decimals keep every real difference between pairs
+# and drop float residue (about 1e-16).
+VARIANCE_DECIMALS = 12
+
+
 @dataclass(frozen=True)
 class JudgingPool:
     """The query-document pairs in the top k of at least one system."""
@@ -120,8 +125,12 @@ class MinimalTestCollection:
     def _recompute(self) -> None:
         self._system_mean = self._scale * (self._m @ self.expectation)
         self._variance_sums = self._scale**2 * ((self._m * self.variance) @ self._m.T)
-        # judge order: weight, then variance, then the seeded random order, all descending
-        self._order = np.lexsort((self._tiebreak, -self.variance, -self.weights))
+        # judge order: weight, then variance, then the seeded random order, all descending.
+        # Variances equal in exact arithmetic (same features, same model) can differ in the last
+        # bits, and which of them wins then hangs on rounding noise (a fit differing by 1e-9
+        # between scipy releases changed a whole judging run); rounded, they tie for real and the
+        # seeded order decides.
+        self._order = np.lexsort((self._tiebreak, -np.round(self.variance, VARIANCE_DECIMALS), -self.weights))
         self._cursor = 0
 
     def judge(self, pair_index: int, gain: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import numpy as np
@@ -113,24 +114,74 @@ def test_simulated_mtc_gets_the_sign_of_two_systems_right_with_fewer_judgments()
     assert result.judgments_at_target < 0.5 * result.pool_size
 
 
+# Eight collections of four systems; each ordinal prior is fitted on a different collection of
+# the same kind (the paper's L_output). Measured (seeds 0-19, two tie-break seeds each): the
+# ordinal prior needed fewer judgments in 38 of 40 runs, 46.6 against 138.2 on average. The
+# exception is seed 2, whose close pair (poor 1.10 against bad 1.00 mean AG@5) it pushes
+# towards confidence and then has to undo: 199 judgments against 195.
+SEEDS = range(8)
+
+
+def _four_system_runs():
+    for seed in SEEDS:
+        runs, qrels = _synthetic(seed=seed)
+        other_runs, other_qrels = _synthetic(seed=1000 + seed)
+        prior = fit_prior_model(build_pool(other_runs, k=5), other_qrels, (0, 1, 2))
+        yield build_pool(runs, k=5), qrels, prior
+
+
 def test_simulated_mtc_on_four_systems_uniform_and_ordinal_prior():
-    runs, qrels = _synthetic(seed=2)
-    pool = build_pool(runs, k=5)
-    uniform = simulate_mtc(pool, qrels, (0, 1, 2))
-    assert uniform.judgments_at_target < 0.5 * uniform.pool_size
-    # with a uniform prior, 95% mean confidence still leaves the close pair (poor 1.10 vs bad
-    # 1.00) open: 5 of 6 pairs are right at that point
-    assert uniform.at_target.accuracy >= 5 / 6
-    assert uniform.trace[-1].confidence == 1.0 and uniform.trace[-1].accuracy == 1.0
-    # an ordinal model fitted on another collection (the paper's L_output) needs fewer
-    # judgments and gets every pair right here; with no judgments at all it is already right
-    other_runs, other_qrels = _synthetic(seed=12)
-    prior = fit_prior_model(build_pool(other_runs, k=5), other_qrels, (0, 1, 2))
-    ordinal = simulate_mtc(pool, qrels, (0, 1, 2), gain_model="ordinal", prior_model=prior)
-    assert ordinal.judgments_at_target < uniform.judgments_at_target
-    assert ordinal.at_target.accuracy == 1.0
-    assert ordinal.no_judgments.accuracy == 1.0 and ordinal.no_judgments.confidence > 0.8
-    assert uniform.no_judgments.confidence == 0.5  # a uniform prior cannot rank without judgments
+    uniform_counts, ordinal_counts, ordinal_accuracy, blind_accuracy = [], [], [], []
+    for pool, qrels, prior in _four_system_runs():
+        uniform = simulate_mtc(pool, qrels, (0, 1, 2))
+        assert uniform.judgments_at_target < 0.5 * uniform.pool_size
+        # 95% mean confidence can leave one close pair open: 5 of 6 pairs right at least
+        assert uniform.at_target.accuracy >= 5 / 6
+        assert uniform.trace[-1].confidence == 1.0 and uniform.trace[-1].accuracy == 1.0
+        assert uniform.no_judgments.confidence == 0.5  # a uniform prior cannot rank without judgments
+        ordinal = simulate_mtc(pool, qrels, (0, 1, 2), gain_model="ordinal", prior_model=prior)
+        assert ordinal.at_target.accuracy >= 5 / 6
+        assert ordinal.trace[-1].confidence == 1.0 and ordinal.trace[-1].accuracy == 1.0
+        uniform_counts.append(uniform.judgments_at_target)
+        ordinal_counts.append(ordinal.judgments_at_target)
+        ordinal_accuracy.append(ordinal.at_target.accuracy)
+        blind_accuracy.append(ordinal.no_judgments.accuracy)
+    uniform_counts, ordinal_counts = np.array(uniform_counts), np.array(ordinal_counts)
+    # the ordinal prior needs fewer judgments (measured: 559 against 1162 in all, fewer in 7 of 8)
+    assert ordinal_counts.sum() < 0.7 * uniform_counts.sum(), (ordinal_counts, uniform_counts)
+    assert np.count_nonzero(ordinal_counts < uniform_counts) >= 6, (ordinal_counts, uniform_counts)
+    # and is right at that point (measured: every pair of every collection)
+    assert np.mean(ordinal_accuracy) >= 0.95
+    # with no judgment at all it already ranks (measured: 47 of 48 pairs)
+    assert np.mean(blind_accuracy) >= 0.9
+
+
+def test_judging_order_does_not_hang_on_rounding_noise():
+    # A prior fitted by another scipy release differs by about 1e-9 in its parameters; that once
+    # turned 159 judgments into 216 because pairs whose variances are equal in exact arithmetic
+    # were ordered by their last bits. Now equal features give equal variances and near-equal
+    # ones tie, so the seeded order decides and the run is the same.
+    pool, qrels, prior = next(_four_system_runs())
+    features = output_features(pool)
+    base = MinimalTestCollection(pool, (0, 1, 2), prior.predict_proba(features))
+    nudged_probs = prior.predict_proba(features) * (1 + 1e-14 * np.random.default_rng(0).standard_normal((len(pool), 1)))
+    nudged = MinimalTestCollection(pool, (0, 1, 2), nudged_probs / nudged_probs.sum(1, keepdims=True))
+    assert base.next_pairs(len(pool)) == nudged.next_pairs(len(pool))
+    shifted = copy.deepcopy(prior)
+    shifted._params = prior._params + 1e-9
+    runs = [simulate_mtc(pool, qrels, (0, 1, 2), gain_model="ordinal", prior_model=model) for model in (prior, shifted)]
+    assert runs[0].judgments_at_target == runs[1].judgments_at_target
+    assert [p.judgments for p in runs[0].trace] == [p.judgments for p in runs[1].trace]
+    np.testing.assert_allclose([p.confidence for p in runs[0].trace], [p.confidence for p in runs[1].trace], atol=1e-6)
+
+
+def test_output_features_do_not_depend_on_system_order():
+    runs, _ = _synthetic(seed=3)
+    names = list(runs)
+    pools = [build_pool(order, k=5) for order in (runs, {name: runs[name] for name in reversed(names)})]
+    forward, backward = ({pair: tuple(row) for pair, row in zip(p.pairs, output_features(p))} for p in pools)
+    # bit-identical: a float mean over the systems would depend on their order in the last bits
+    assert forward == backward
 
 
 def test_ordinal_model_probabilities_match_statsmodels():
