@@ -1,20 +1,22 @@
-"""Background ingest jobs that survive a restart.
+"""Background ingest jobs that survive a restart, kept in the catalog.
 
-A job's files are written to ``data/jobs/<id>/`` and fsynced before the 202 answer, so an
-accepted job is never lost: on startup unfinished jobs are resumed (re-ingesting a file is an
-upsert, so redoing the last chunk is harmless). Progress lives in ``state.json``.
+A job and its files are committed to the catalog before the 202 answer, so an accepted job is
+never lost. With the embedded SQLite catalog one process owns every job, and on startup the
+jobs it was running are queued again. With a shared PostgreSQL catalog any API process may run
+any job: runners claim jobs under a lease they renew while working, and a job whose runner
+died is taken over when its lease runs out (see app/storage/job_rows.py). Re-ingesting a file
+is an upsert, so redoing the last chunk is harmless. ``GET /v1/jobs/{id}`` reads the catalog,
+so a job can be polled on any process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import shutil
+import socket
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from app.errors import NotFound
@@ -24,14 +26,8 @@ from app.worker.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as handle:
-        json.dump(obj, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+LEASE_S = 20.0  # a runner silent this long is presumed dead and its job is taken over
+POLL_S = 0.5  # how often an idle runner looks for jobs submitted to other processes
 
 
 class JobRunner:
@@ -39,90 +35,80 @@ class JobRunner:
 
     def __init__(self, services: Services) -> None:
         self.services = services
-        self.root = services.data_dir / "jobs"
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.states: dict[str, dict[str, Any]] = {}
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self.catalog = services.catalog
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:
-        for directory in sorted(self.root.iterdir(), key=lambda p: p.stat().st_mtime):
-            state_path = directory / "state.json"
-            if not state_path.is_file():
-                shutil.rmtree(directory, ignore_errors=True)  # died before the 202: never acknowledged
-                continue
-            state = json.loads(state_path.read_text())
-            self.states[state["id"]] = state
-            if state["status"] in ("queued", "running"):
-                log.info("resuming ingest job %s", state["id"])
-                state["status"] = "queued"
-                self._queue.put_nowait(state["id"])
+        if not self.services.shared:
+            # the embedded catalog has one owner: whatever it was running died with the last process
+            resumed = await asyncio.to_thread(self.catalog.requeue_running_jobs)
+            if resumed:
+                log.info("resuming %d ingest job(s)", resumed)
+        self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
 
     def submit(self, collection: str, uploads: list[Upload]) -> dict[str, Any]:
-        """Persist the files, then queue the job; returns its public state."""
+        """Commit the job and its files, then wake the runner; returns its public state."""
         job_id = uuid.uuid4().hex[:16]
-        directory = self.root / job_id
-        directory.mkdir()
-        files = []
-        for n, upload in enumerate(uploads):
-            path = directory / f"{n}.bin"
-            with open(path, "wb") as handle:
-                handle.write(upload.data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            files.append({"path": path.name, "filename": upload.filename, "id": upload.id, "metadata": upload.metadata})
-        state = {
-            "id": job_id, "collection": collection, "status": "queued", "total": len(uploads), "done": 0,
-            "indexed": 0, "errors": [], "created_at": time.time(), "finished_at": None, "files": files,
-        }
-        _write_json(directory / "state.json", state)
-        self.states[job_id] = state
-        self._queue.put_nowait(job_id)
+        files = [(u.filename, u.id, u.metadata, u.data) for u in uploads]
+        self.catalog.create_job(job_id, collection, files, time.time())
+        if self._wake is not None:
+            self._wake.set()
         return self.public(job_id)
 
     def public(self, job_id: str) -> dict[str, Any]:
-        if job_id not in self.states:
+        job = self.catalog.get_job(job_id)
+        if job is None:
             raise NotFound(f"no job {job_id!r}")
-        return {k: v for k, v in self.states[job_id].items() if k != "files"}
+        return job
 
     async def _loop(self) -> None:
+        assert self._wake is not None
         while True:
-            job_id = await self._queue.get()
+            try:
+                job_id = await asyncio.to_thread(self.catalog.claim_job, self.owner, time.time(), LEASE_S)
+            except Exception:  # noqa: BLE001 - the catalog may be briefly unreachable
+                log.exception("could not look for ingest jobs")
+                job_id = None
+            if job_id is None:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), POLL_S)
+                except TimeoutError:
+                    pass
+                continue
             try:
                 await self._run(job_id)
             except Exception as exc:  # noqa: BLE001 - a failed job is reported, the runner goes on
                 log.exception("job %s failed", job_id)
-                self._finish(job_id, "failed", error=str(exc))
+                await asyncio.to_thread(self.catalog.finish_job, job_id, "failed", time.time(), error=str(exc))
 
     async def _run(self, job_id: str) -> None:
-        state = self.states[job_id]
-        directory = self.root / job_id
-        state["status"] = "running"
-        collection = self.services.state(state["collection"])
-        uploads = [
-            Upload(f["filename"], (directory / f["path"]).read_bytes(), f["id"], f["metadata"]) for f in state["files"]
-        ]
+        job = self.public(job_id)
+        files = await asyncio.to_thread(self.catalog.job_files, job_id)
+        collection = self.services.state(job["collection"])
+        uploads = [Upload(filename, data, item_id, metadata) for filename, item_id, metadata, data in files]
 
         def progress(done: int, errors: list[dict[str, Any]]) -> None:
-            state["done"], state["errors"] = done, errors
-            _write_json(directory / "state.json", state)
+            self.catalog.renew_job(job_id, self.owner, time.time() + LEASE_S, done, errors)
 
-        report = await ingest(self.services, collection, uploads, progress)
-        state["indexed"] = len(report.indexed)
-        state["errors"] = report.errors
-        self._finish(job_id, "completed")
+        heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(job_id))
+        try:
+            report = await ingest(self.services, collection, uploads, progress)
+        finally:
+            await cancel_and_wait(heartbeat)
+        await asyncio.to_thread(
+            self.catalog.finish_job, job_id, "completed", time.time(),
+            indexed=len(report.indexed), errors=report.errors, done=job["total"],
+        )
 
-    def _finish(self, job_id: str, status: str, error: str | None = None) -> None:
-        state = self.states[job_id]
-        state.update(status=status, finished_at=time.time(), done=state["total"] if status == "completed" else state["done"])
-        if error:
-            state["error"] = error
-        directory = self.root / job_id
-        # the files are in the catalog now; keep only the small state file for GET /v1/jobs/{id}
-        for f in state["files"]:
-            (directory / f["path"]).unlink(missing_ok=True)
-        _write_json(directory / "state.json", state)
+    async def _heartbeat(self, job_id: str) -> None:
+        """Renew the lease while a chunk is being encoded (a progress call comes only between chunks)."""
+        while True:
+            await asyncio.sleep(LEASE_S / 4)
+            await asyncio.to_thread(self.catalog.renew_job, job_id, self.owner, time.time() + LEASE_S)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +22,9 @@ from app.metrics import Metrics
 from app.search.pipeline import Scans
 from app.search.scan import SharedScan
 from app.settings import Settings
-from app.storage.catalog import Catalog, Collection, WriteResult
 from app.storage.index_store import CollectionIndex
+from app.storage.protocol import open_catalog
+from app.storage.records import Collection, WriteResult
 from app.storage.media_store import MediaStore
 from app.worker.encoding import EncoderPool
 
@@ -49,7 +51,12 @@ class Services:
         self.settings = settings
         self.data_dir = Path(settings.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.catalog = Catalog(self.data_dir / "catalog.sqlite3")
+        self.catalog = open_catalog(settings.catalog_url, self.data_dir)
+        # cluster mode: other API processes write to the same catalog (see app/cluster/follower.py)
+        self.shared = settings.catalog_url is not None
+        self.retired: list[CollectionState] = []
+        self._sync_lock = threading.Lock()
+        self._follow_task: asyncio.Task | None = None
         self.media = MediaStore(self.data_dir / "media")
         self.index_dir = self.data_dir / "indices"
         self.metrics = Metrics()
@@ -87,22 +94,40 @@ class Services:
             except Exception as exc:  # noqa: BLE001 - readiness reports it instead of crashing
                 log.exception("encoder %s failed to load", name)
                 problems.append(f"encoder {name!r} failed to load: {exc}")
+        if self.shared:
+            from app.cluster.follower import follow
+
+            self._follow_task = asyncio.get_running_loop().create_task(follow(self))
         self.not_ready = problems
 
     async def stop(self) -> None:
+        from app.worker.tasks import cancel_and_wait
+
+        await cancel_and_wait(self._follow_task)
         await self.encoders.stop()
-        for state in self.collections.values():
-            for scan in (state.scans.binary, state.scans.float):
-                if scan is not None:
-                    await scan.stop()
-            if state.index.unsnapshotted:
+        for state in [*self.collections.values(), *self.retired]:
+            await self.close_state(state)
+            if state.index.unsnapshotted and not self.shared:
                 state.index.snapshot(self.catalog)
         self.catalog.close()
 
+    async def close_state(self, state: CollectionState) -> None:
+        for scan in (state.scans.binary, state.scans.float):
+            if scan is not None:
+                await scan.stop()
+        close = getattr(state.index, "close", None)
+        if close is not None:
+            await asyncio.to_thread(close)
+
     def _open_collection(self, collection: Collection) -> CollectionState:
-        index = CollectionIndex.open(collection, self.catalog, self.index_dir, self.settings.index.shards)
-        if index.unsnapshotted:
-            index.snapshot(self.catalog)
+        if self.shared:
+            from app.cluster.backends import open_shared_index
+
+            index = open_shared_index(self, collection)
+        else:
+            index = CollectionIndex.open(collection, self.catalog, self.index_dir, self.settings.index.shards)
+            if index.unsnapshotted:
+                index.snapshot(self.catalog)
         scans = Scans(
             binary=SharedScan(index.binary, f"{collection.name}:binary") if index.binary is not None else None,
             float=SharedScan(index.float, f"{collection.name}:float") if index.float is not None else None,
@@ -112,6 +137,11 @@ class Services:
     # --- collections ----------------------------------------------------------------------
 
     def state(self, name: str) -> CollectionState:
+        if self.shared:
+            from app.cluster.follower import sync_collection
+
+            with self._sync_lock:
+                sync_collection(self, name)
         if name not in self.collections:
             raise NotFound(f"no collection named {name!r}; GET /v1/collections lists them")
         return self.collections[name]
@@ -176,8 +206,11 @@ class Services:
         """Run a catalog write and apply it to the indices, in commit order per collection."""
         async with state.write_lock:
             result: WriteResult = await asyncio.to_thread(write)
-            await asyncio.to_thread(state.index.apply, result)
-            if state.index.unsnapshotted >= self.settings.index.snapshot_every:
+            if self.shared:
+                await asyncio.to_thread(state.index.apply_shared, result, self.catalog)
+            else:
+                await asyncio.to_thread(state.index.apply, result)
+            if state.index.unsnapshotted >= self.settings.index.snapshot_every and not self.shared:
                 await asyncio.to_thread(state.index.snapshot, self.catalog)
         self.media.delete(result.replaced_media)
         return result

@@ -58,6 +58,22 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RECALL_", env_nested_delimiter="__", extra="ignore")
 
     data_dir: Path = Field(Path("data"), description="Where the SQLite catalog, media and index snapshots live.")
+    catalog_url: str | None = Field(
+        None,
+        description="Cluster mode: a postgresql:// URL makes PostgreSQL the catalog, shared by every API process "
+        "pointing at it (media still live under data_dir: share that directory between processes). "
+        "Unset: the embedded SQLite file under data_dir.",
+    )
+    ray_address: str | None = Field(
+        None,
+        description="Cluster mode: a Ray address ('auto', 'ray://head:10001', 'local' for a private local Ray) puts "
+        "index shards and embedding workers on Ray actors. Unset: indices and encoders live in this process.",
+    )
+    index_shards: int = Field(
+        2, ge=1, le=256,
+        description="With ray_address: index shard actors per collection (a hash partition of the items; all "
+        "windows of an item on one shard). Not the same as index.shards, the scan threads inside one index.",
+    )
     host: str = Field("0.0.0.0", description="Interface uvicorn binds.")
     port: int = Field(8000, ge=1, le=65535, description="Port uvicorn binds.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto uses CUDA when present.")

@@ -28,9 +28,51 @@ def make_settings(tmp_path, **overrides) -> Settings:
     return Settings(**base)
 
 
+# --- catalog backends: the API contract tests run against the embedded SQLite catalog and PostgreSQL ---
+
+BACKEND_PARAMETRISED = ("tests/api/",)
+
+
+def pytest_generate_tests(metafunc) -> None:
+    # only the API contract tests take both backends; elsewhere `settings` stays the embedded default
+    if "catalog_backend" in metafunc.fixturenames and any(part in metafunc.definition.nodeid for part in BACKEND_PARAMETRISED):
+        metafunc.parametrize("catalog_backend", ["sqlite", "postgres"], indirect=True)
+
+
 @pytest.fixture
-def settings(tmp_path) -> Settings:
-    return make_settings(tmp_path)
+def catalog_backend(request) -> str:
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One throwaway PostgreSQL 15 per test session (tests/cluster/pg_server.py)."""
+    from tests.cluster.pg_server import PgServer, available
+
+    if not available():
+        pytest.skip("PostgreSQL 15 binaries not found (Debian package postgresql)")
+    server = PgServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """A fresh, empty PostgreSQL namespace for one test."""
+    return pg_server.new_database()
+
+
+@pytest.fixture
+def backend_overrides(catalog_backend, request) -> dict:
+    """Settings overrides selecting the catalog backend (for tests that build their own settings)."""
+    if catalog_backend == "postgres":
+        return {"catalog_url": request.getfixturevalue("pg_url")}
+    return {}
+
+
+@pytest.fixture
+def settings(tmp_path, backend_overrides) -> Settings:
+    return make_settings(tmp_path, **backend_overrides)
 
 
 @pytest.fixture

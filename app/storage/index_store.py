@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from app.index import BinaryIndex, FloatIndex, SnapshotError
-from app.storage.catalog import Catalog, Collection, WriteResult
+from app.storage.records import Collection, WriteResult
+
+Catalog = Any  # a CatalogProtocol (SQLite or PostgreSQL); kept loose to avoid an import cycle
 
 log = logging.getLogger(__name__)
 
@@ -24,14 +27,16 @@ log = logging.getLogger(__name__)
 class CollectionIndex:
     """Binary and/or float index of one collection plus its snapshot bookkeeping."""
 
-    def __init__(self, collection: Collection, directory: Path, shards: int) -> None:
+    def __init__(self, collection: Collection, directory: Path, shards: int, partition: tuple[int, int] | None = None) -> None:
         self.collection = collection
+        self.partition = partition  # (shard number, shard count): only the items hashing there (cluster shard actors)
         self.directory = directory
         self.shards = shards
         self.binary: BinaryIndex | None = BinaryIndex(collection.bits, shards=shards) if "binary" in collection.index_kinds else None
         self.float: FloatIndex | None = FloatIndex(collection.dim, shards=shards) if "float" in collection.index_kinds else None
         self.applied_seq = 0
         self.unsnapshotted = 0
+        self.snapshots = True  # False when built from a shared catalog: no files of its own
         self._write_lock = threading.Lock()  # one writer at a time; the indices guard their own readers
 
     # --- paths ----------------------------------------------------------------------------
@@ -103,20 +108,88 @@ class CollectionIndex:
         setattr(self, kind, index)
         self.unsnapshotted += 1
 
+    @classmethod
+    def build(cls, collection: Collection, catalog: Catalog, shards: int, partition: tuple[int, int] | None = None) -> "CollectionIndex":
+        """Build from the catalog alone, no snapshot files: cluster mode, where the catalog is shared.
+
+        Every API process (or shard actor) keeps its own copy, so a snapshot file in a shared
+        data directory would be written by several owners; rebuilding from PostgreSQL is the
+        one source all of them agree on.
+        """
+        self = cls(collection, Path("."), shards, partition)
+        self.snapshots = False
+        target = catalog.last_seq(collection.name)
+        for kind, _ in self.indices():
+            index = BinaryIndex(collection.bits, shards=shards) if kind == "binary" else FloatIndex(collection.dim, shards=shards)
+            setattr(self, kind, index)
+        for ids, floats, codes in catalog.iter_segments(collection.name, collection.dim, collection.bits, upto_seq=target, shard=partition):
+            for kind, index in self.indices():
+                index.remove(ids)  # a row deleted and re-added cannot repeat, but replay is idempotent anyway
+                index.add(ids, codes if kind == "binary" else floats)
+        self.applied_seq = target
+        return self
+
+    def catch_up(self, catalog: Catalog, target: int | None = None) -> int:
+        """Replay the catalog's changes up to sequence ``target`` (its latest when None); returns the applied sequence.
+
+        Exact because sequence order is commit order per collection (see app.storage.sql_catalog):
+        every write numbered at most ``target`` is committed once ``target`` is visible.
+        """
+        name = self.collection.name
+        if target is None:
+            target = catalog.last_seq(name)
+        with self._write_lock:
+            if target <= self.applied_seq:
+                return self.applied_seq
+            self._replay_range(catalog, self.applied_seq, target)
+            self.applied_seq = target
+            return target
+
+    def _replay_range(self, catalog: Catalog, after: int, upto: int) -> None:
+        name = self.collection.name
+        gone = catalog.tombstones_after(name, after, upto)
+        for _, index in self.indices():
+            if len(gone):
+                index.remove(gone)
+        for ids, floats, codes in catalog.iter_segments(name, self.collection.dim, self.collection.bits,
+                                                          after_seq=after, upto_seq=upto, shard=self.partition):
+            for kind, index in self.indices():
+                index.remove(ids)
+                index.add(ids, codes if kind == "binary" else floats)
+
+    def apply_shared(self, write: WriteResult, catalog: Catalog) -> None:
+        """Apply this process's own committed write when the catalog is shared with other writers.
+
+        Other processes may have committed to the collection between our applied sequence and
+        this write; then the write alone would skip theirs, so the gap is replayed from the
+        catalog instead (it includes this write).
+        """
+        with self._write_lock:
+            if write.seq <= self.applied_seq:
+                return  # a catch-up already replayed it
+            if catalog.writes_between(self.collection.name, self.applied_seq, write.seq):
+                self._replay_range(catalog, self.applied_seq, write.seq)
+                self.applied_seq = write.seq
+            else:
+                self._apply_locked(write)
+
     # --- changes --------------------------------------------------------------------------
 
     def apply(self, write: WriteResult) -> None:
         """Apply a committed catalog write to every index of the collection."""
         with self._write_lock:
-            removed = np.asarray(write.removed_segment_ids, dtype=np.int64)
-            for kind, index in self.indices():
-                if len(removed):
-                    index.remove(removed)
-                if len(write.added_segment_ids):
-                    vectors = write.added_codes if kind == "binary" else write.added_floats
-                    index.add(write.added_segment_ids, vectors)
-            self.applied_seq = max(self.applied_seq, write.seq)
-            self.unsnapshotted += len(removed) + len(write.added_segment_ids)
+            self._apply_locked(write)
+
+    def _apply_locked(self, write: WriteResult) -> None:
+        removed = np.asarray(write.removed_segment_ids, dtype=np.int64)
+        for kind, index in self.indices():
+            if len(removed):
+                index.remove(removed)
+            if len(write.added_segment_ids):
+                vectors = write.added_codes if kind == "binary" else write.added_floats
+                index.add(write.added_segment_ids, vectors)
+        self.applied_seq = max(self.applied_seq, write.seq)
+        self.unsnapshotted += len(removed) + len(write.added_segment_ids)
 
     def snapshot(self, catalog: Catalog) -> None:
         """Write every index atomically with the sequence it includes, then prune tombstones."""
@@ -129,6 +202,8 @@ class CollectionIndex:
         catalog.prune_tombstones(self.collection.name, seq)
 
     def delete_files(self) -> None:
+        if not self.snapshots:
+            return
         for path in self.snapshot_paths():
             path.unlink(missing_ok=True)
 

@@ -10,8 +10,9 @@ from tests.conftest import error_of, make_settings, png_bytes, tone_wav
 
 
 @pytest.fixture
-def seeded(tmp_path):
-    settings = make_settings(tmp_path, limits={"max_upload_bytes": 400_000, "max_audio_seconds": 5.0, "max_image_pixels": 10_000})
+def seeded(tmp_path, backend_overrides):
+    settings = make_settings(tmp_path, limits={"max_upload_bytes": 400_000, "max_audio_seconds": 5.0, "max_image_pixels": 10_000},
+                             **backend_overrides)
     with TestClient(create_app(settings)) as client:
         client.post("/v1/collections", json={"name": "a", "modality": "audio"})
         client.post("/v1/collections", json={"name": "img", "modality": "image"})

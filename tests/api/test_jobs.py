@@ -27,13 +27,13 @@ def test_wait_false_answers_202_with_a_job_that_reports_progress_and_errors(clie
     assert client.get("/v1/collections/a").json()["items"] == 4
 
 
-def test_large_batches_become_jobs(tmp_path):
+def test_large_batches_become_jobs(tmp_path, backend_overrides):
     from fastapi.testclient import TestClient
 
     from app.main import create_app
     from tests.conftest import make_settings
 
-    with TestClient(create_app(make_settings(tmp_path, limits={"sync_ingest_files": 2}))) as client:
+    with TestClient(create_app(make_settings(tmp_path, limits={"sync_ingest_files": 2}, **backend_overrides))) as client:
         client.post("/v1/collections", json={"name": "a", "modality": "audio"})
         files = [("files", (f"f{i}.wav", tone_wav(300 + i))) for i in range(3)]
         response = client.post("/v1/collections/a/items", files=files)

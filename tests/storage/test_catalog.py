@@ -5,6 +5,18 @@ from app.errors import Conflict, NotFound
 from app.storage.catalog import Catalog, Collection, NewItem
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_catalog(request, tmp_path):
+    """Opens the catalog under test; calling it again reopens the same store. Every test runs on both backends."""
+    if request.param == "sqlite":
+        yield lambda: Catalog(tmp_path / "c.db")
+        return
+    from app.storage.postgres import PostgresCatalog
+
+    url = request.getfixturevalue("pg_url")
+    yield lambda: PostgresCatalog(url)
+
+
 def _collection(name="c"):
     return Collection(name, "audio", "audio-baseline", ("binary", "float"), 4, 8, 1.0, 0.5, True, "", 0.0)
 
@@ -16,8 +28,8 @@ def _item(item_id, n=2, seed=0):
                    floats, rng.integers(0, 256, (n, 1), dtype=np.uint8))
 
 
-def test_upsert_and_delete_sequence_and_tombstones(tmp_path):
-    catalog = Catalog(tmp_path / "c.db")
+def test_upsert_and_delete_sequence_and_tombstones(open_catalog):
+    catalog = open_catalog()
     catalog.create_collection(_collection())
     with pytest.raises(Conflict):
         catalog.create_collection(_collection())
@@ -39,8 +51,8 @@ def test_upsert_and_delete_sequence_and_tombstones(tmp_path):
     assert len(catalog.tombstones_after("c", 0)) == 0
 
 
-def test_segment_ids_are_never_reused(tmp_path):
-    catalog = Catalog(tmp_path / "c.db")
+def test_segment_ids_are_never_reused(open_catalog):
+    catalog = open_catalog()
     catalog.create_collection(_collection())
     catalog.upsert_items("c", [_item("a")])
     catalog.delete_item("c", "a")
@@ -48,8 +60,8 @@ def test_segment_ids_are_never_reused(tmp_path):
     assert list(again.added_segment_ids) == [3, 4]
 
 
-def test_a_failed_transaction_changes_nothing(tmp_path):
-    catalog = Catalog(tmp_path / "c.db")
+def test_a_failed_transaction_changes_nothing(open_catalog):
+    catalog = open_catalog()
     catalog.create_collection(_collection())
     catalog.upsert_items("c", [_item("a")])
     bad = _item("b")
@@ -60,10 +72,10 @@ def test_a_failed_transaction_changes_nothing(tmp_path):
     assert list(catalog.item_segments("c", "a", 4, 8)[0]) == [1, 2]
 
 
-def test_catalog_survives_reopening(tmp_path):
-    catalog = Catalog(tmp_path / "c.db")
+def test_catalog_survives_reopening(open_catalog):
+    catalog = open_catalog()
     catalog.create_collection(_collection())
     catalog.upsert_items("c", [_item("a")])
     catalog.close()
-    reopened = Catalog(tmp_path / "c.db")
+    reopened = open_catalog()
     assert reopened.counts("c") == (1, 2) and reopened.get_collection("c").window_s == 1.0

@@ -1,0 +1,1 @@
+"""Cluster mode: a shared PostgreSQL catalog, index shards and embedding workers on Ray."""

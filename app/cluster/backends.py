@@ -1,0 +1,25 @@
+"""Which index a collection gets when the catalog is shared (cluster mode).
+
+* ``RECALL_RAY_ADDRESS`` unset: an in-process index built from the shared catalog and kept up
+  to date by replaying its sequence numbers (every API process holds a full copy);
+* set: a facade over ``RECALL_INDEX_SHARDS`` Ray shard actors, each holding a hash partition.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from app.storage.index_store import CollectionIndex
+from app.storage.records import Collection
+
+if TYPE_CHECKING:
+    from app.services import Services
+
+
+def open_shared_index(services: "Services", collection: Collection) -> Any:
+    settings = services.settings
+    if settings.ray_address:
+        from app.cluster.remote_index import RemoteCollectionIndex
+
+        return RemoteCollectionIndex.open(collection, settings)
+    return CollectionIndex.build(collection, services.catalog, settings.index.shards)

@@ -1,0 +1,66 @@
+"""How an API process sharing the catalog learns of commits made by the others.
+
+Before a request uses a collection, :func:`sync_collection` asks the catalog for the
+collection's (created_at, last sequence) in one round trip and replays whatever this process
+has not applied yet. So a write acknowledged by any process is visible to every search that
+starts after the acknowledgement, on every process: read-your-writes across the cluster, at
+the price of one indexed primary-key query per request. (LISTEN/NOTIFY would save that query
+but could not promise the same: a notification can arrive after the search it should have
+preceded.) A background loop also picks up collections created or deleted elsewhere, so
+``GET /v1/collections`` converges within ``POLL_S`` even with no request naming them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.services import CollectionState, Services
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0
+
+
+def sync_collection(services: "Services", name: str) -> None:
+    """Bring one collection up to the catalog's latest commit (opening or dropping it as needed)."""
+    version = services.catalog.collection_version(name)
+    state = services.collections.get(name)
+    if version is None:
+        if state is not None:
+            _retire(services, name, state)
+        return
+    created_at, seq = version
+    if state is not None and state.collection.created_at != created_at:
+        _retire(services, name, state)  # deleted and created again elsewhere under the same name
+        state = None
+    if state is None:
+        collection = services.catalog.get_collection(name)
+        services.collections[name] = services._open_collection(collection)
+        return
+    state.index.catch_up(services.catalog, seq)
+
+
+def _retire(services: "Services", name: str, state: "CollectionState") -> None:
+    if services.collections.get(name) is state:
+        services.collections.pop(name, None)
+    services.retired.append(state)  # its scan batchers are stopped by the follow loop
+
+
+async def follow(services: "Services") -> None:
+    """Poll for collections created or deleted by other processes; stop retired scanners."""
+    while True:
+        try:
+            names = {c.name for c in await asyncio.to_thread(services.catalog.list_collections)}
+            for name in sorted(names | set(services.collections)):
+                await asyncio.to_thread(sync_collection, services, name)
+            while services.retired:
+                state = services.retired.pop()
+                await services.close_state(state)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - a catalog hiccup must not end the loop
+            log.exception("following the shared catalog failed; retrying")
+        await asyncio.sleep(POLL_S)

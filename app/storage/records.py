@@ -1,0 +1,54 @@
+"""The catalog's record types, shared by every backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Collection:
+    """A collection's definition as stored."""
+
+    name: str
+    modality: str
+    encoder: str
+    index_kinds: tuple[str, ...]
+    dim: int
+    bits: int
+    window_s: float | None
+    hop_s: float | None
+    keep_media: bool
+    description: str
+    created_at: float
+
+
+@dataclass
+class NewItem:
+    """An item ready to commit: decoded, windowed and encoded."""
+
+    id: str
+    filename: str | None
+    media_type: str | None
+    media_path: str | None
+    metadata: dict[str, Any]
+    times: np.ndarray  # (n, 2) start/end seconds per segment (zeros for images)
+    floats: np.ndarray  # (n, dim) float32
+    codes: np.ndarray  # (n, bits // 8) uint8
+    duration_s: float | None = None
+    width: int | None = None
+    height: int | None = None
+
+
+@dataclass
+class WriteResult:
+    """What a committed write changed, for applying it to the indices."""
+
+    seq: int
+    removed_segment_ids: list[int] = field(default_factory=list)
+    added_segment_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    added_floats: np.ndarray | None = None
+    added_codes: np.ndarray | None = None
+    replaced_media: list[str] = field(default_factory=list)
