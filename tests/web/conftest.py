@@ -2,10 +2,13 @@
 
 Chromium is Debian's (/usr/bin/chromium, installed by .ci/run); Playwright only drives it.
 Its fake media device stands in for a microphone (a steady beep), so recording is tested too.
+Screenshots go to test-artifacts/web/; with RECALL_DOCS_SCREENSHOTS=1 the ones the README shows
+are also written to docs/ (that is how the committed ones were made).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Iterator
@@ -18,7 +21,9 @@ from tests.live_server import live_server
 
 API_KEY = "browser-test-key"
 CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts" / "web"
+DOCS = ROOT / "docs"
 FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
     "--disable-sync", "--no-first-run", "--disable-quic",
@@ -65,12 +70,21 @@ def page(browser: BrowserContext, service: tuple[str, Path], request: pytest.Fix
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(url + "/")
     page.evaluate("localStorage.clear()")  # the profile is shared by the tests of this package
-    page.reload()
+    page.reload()  # a new tab: sessionStorage (the key) starts empty anyway
     yield page
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
     page.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def snap(page: Page, name: str, docs: bool = False, full_page: bool = True) -> None:
+    """Keep a screenshot of the page; README screenshots also go to docs/ when asked to."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
+    if docs and os.environ.get("RECALL_DOCS_SCREENSHOTS") == "1":
+        DOCS.mkdir(exist_ok=True)
+        page.screenshot(path=str(DOCS / f"{name}.png"), full_page=full_page)
 
 
 def enter_key(page: Page) -> None:

@@ -1,6 +1,7 @@
 // The /v1 API as the page uses it: every request carries the API key the user saved, and every
 // failure becomes an ApiError holding the service's one error shape {error: {code, message}}.
 
+// sessionStorage: the key lives as long as the tab, and is not left behind on a shared computer
 const KEY_STORAGE = "recall.apiKey";
 
 export class ApiError extends Error {
@@ -13,12 +14,12 @@ export class ApiError extends Error {
 }
 
 export function apiKey() {
-  return localStorage.getItem(KEY_STORAGE) || "";
+  return sessionStorage.getItem(KEY_STORAGE) || "";
 }
 
 export function saveApiKey(key) {
-  if (key) localStorage.setItem(KEY_STORAGE, key);
-  else localStorage.removeItem(KEY_STORAGE);
+  if (key) sessionStorage.setItem(KEY_STORAGE, key);
+  else sessionStorage.removeItem(KEY_STORAGE);
   mediaCache.clear(); // blobs fetched with the old key may be 401s
 }
 
@@ -86,25 +87,36 @@ export function forgetMedia(collection) {
   }
 }
 
-// Upload one file with XMLHttpRequest, because fetch reports no upload progress.
-export function uploadFile(collection, file, onProgress) {
+// Upload files in one request with XMLHttpRequest, because fetch reports no upload progress.
+// Resolves {status, body}: 200 with {indexed, errors} once committed, or 202 with a job to follow.
+export function uploadFiles(collection, files, onProgress, { wait = true } = {}) {
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
-    xhr.open("POST", path.collection(collection) + "/items");
+    xhr.open("POST", path.collection(collection) + "/items" + (wait ? "" : "?wait=false"));
     const key = apiKey();
     if (key) xhr.setRequestHeader("X-API-Key", key);
     xhr.upload.onprogress = (event) => {
       if (event.lengthComputable) onProgress(event.loaded / event.total);
     };
     xhr.onload = () => {
-      if (xhr.status >= 200 && xhr.status < 300) resolve(JSON.parse(xhr.responseText || "{}"));
+      if (xhr.status >= 200 && xhr.status < 300) resolve({ status: xhr.status, body: JSON.parse(xhr.responseText || "{}") });
       else reject(errorFromBody(xhr.status, xhr.responseText));
     };
     xhr.onerror = () => reject(new ApiError(0, "unreachable", "The upload failed: the service did not answer."));
     const form = new FormData();
-    form.append("files", file, file.name);
+    for (const file of files) form.append("files", file, file.name);
     xhr.send(form);
   });
+}
+
+// Follow an ingest job until it ends, reporting each state; resolves the final one.
+export async function followJob(jobId, onState, intervalMs = 300) {
+  for (;;) {
+    const job = await request("GET", `/v1/jobs/${encodeURIComponent(jobId)}`);
+    onState(job);
+    if (job.status !== "queued" && job.status !== "running") return job;
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
 }
 
 // A short stable id for query bytes (qids must be tokens; crypto.subtle needs HTTPS off localhost).

@@ -50,7 +50,7 @@ async function judge(collection, query, docId, grade, buttons) {
       json: { qid: query.qid, doc: docId, grade, query: query.description },
     });
   } catch (exc) {
-    showError(`The judgment was not saved: ${exc.message}`, exc.status);
+    showError("The judgment was not saved", exc);
     return;
   }
   press(buttons, grade);
@@ -70,7 +70,7 @@ export async function recordComparison(collection, query, systems, responses, k)
       json: { qid: query.qid, query: query.description, runs },
     });
   } catch (exc) {
-    showError(`The compared rankings were not saved: ${exc.message}`, exc.status);
+    showError("The compared rankings were not saved", exc);
     return;
   }
   await showConfidence();

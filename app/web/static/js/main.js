@@ -1,11 +1,12 @@
 // Page wiring: the API key, the collection picker, the query inputs, ingest and the item browser.
 
 import { apiKey, mediaUrl, path, request, saveApiKey } from "./api.js";
+import { wireCollections } from "./collections.js";
 import { ingestFiles } from "./ingest.js";
 import { hideConfidence } from "./judge.js";
 import { startRecording } from "./record.js";
 import { fileQuery, itemQuery, runQuery, textQuery } from "./search.js";
-import { clearError, dropZone, el, showError, state } from "./ui.js";
+import { clearError, confirmAction, dropZone, el, showError, state } from "./ui.js";
 
 const COLLECTION_STORAGE = "recall.collection";
 const PAGE = 12;
@@ -15,7 +16,13 @@ function $(id) {
   return document.getElementById(id);
 }
 
-async function loadCollections() {
+// Show the parts of the page that need a collection only when one is selected.
+function showWork(on) {
+  for (const id of ["search", "results-section", "ingest", "browse"]) $(id).hidden = !on;
+}
+
+// List collections (and encoders) and select `wanted`, the remembered one, or the first.
+async function loadCollections(wanted) {
   clearError();
   let collections;
   try {
@@ -26,20 +33,28 @@ async function loadCollections() {
     if (exc.status === 503) {
       // `recall serve` answers before encoders and indices are loaded (and the demo is seeded)
       $("collection-info").textContent = "The service is starting; collections appear in a moment…";
-      setTimeout(loadCollections, 1000);
+      setTimeout(() => loadCollections(wanted), 1000);
       return;
     }
-    showError(`Cannot list collections: ${exc.message}`, exc.status);
+    showWork(false);
+    showError("Cannot list the collections", exc);
     return;
   }
   const select = $("collection");
   select.replaceChildren(...collections.map((c) => el("option", { value: c.name }, `${c.name} (${c.modality})`)));
+  select.disabled = !collections.length;
+  $("empty").hidden = collections.length > 0;
+  $("delete-collection").disabled = !collections.length;
   if (!collections.length) {
-    $("collection-info").textContent = "No collections yet: create one with POST /v1/collections, or start the service with RECALL_DEMO=1.";
+    state.collection = null;
+    showWork(false);
+    $("collection-info").textContent = "No collections yet.";
     return;
   }
+  showWork(true);
+  const names = collections.map((c) => c.name);
   const remembered = localStorage.getItem(COLLECTION_STORAGE);
-  select.value = collections.some((c) => c.name === remembered) ? remembered : collections[0].name;
+  select.value = [wanted, remembered].find((name) => names.includes(name)) || names[0];
   await selectCollection(select.value);
 }
 
@@ -48,15 +63,12 @@ async function selectCollection(name) {
   try {
     state.collection = await request("GET", path.collection(name));
   } catch (exc) {
-    showError(exc.message, exc.status);
+    showError(`Cannot open the collection ${name}`, exc);
+    if (exc.status === 404) await loadCollections();
     return;
   }
   const c = state.collection;
-  const kinds = c.index_kinds.join(" + ");
-  const windows = c.modality === "audio" ? `, ${c.window_s} s windows every ${c.hop_s} s` : "";
-  $("collection-info").textContent =
-    `${c.items} items, ${c.segments} segments · encoder ${c.encoder} (${c.bits} bits, ${kinds}${windows})` +
-    (c.description ? ` · ${c.description}` : "");
+  $("collection-info").textContent = describe(c);
   $("audio-query").hidden = c.modality !== "audio";
   $("image-query").hidden = c.modality !== "image";
   const encoder = state.encoders.get(c.encoder) || {};
@@ -74,13 +86,22 @@ async function selectCollection(name) {
   await loadItems();
 }
 
+function describe(c) {
+  const kinds = c.index_kinds.join(" + ");
+  const windows = c.modality === "audio" ? `, ${c.window_s} s windows every ${c.hop_s} s` : "";
+  return `${c.items} items, ${c.segments} segments · encoder ${c.encoder} (${c.bits} bits, ${kinds}${windows})` +
+    (c.description ? ` · ${c.description}` : "");
+}
+
 async function refreshCollection() {
   if (!state.collection) return;
   try {
     state.collection = await request("GET", path.collection(state.collection.name));
-    const info = $("collection-info").textContent.replace(/^\d+ items, \d+ segments/, `${state.collection.items} items, ${state.collection.segments} segments`);
-    $("collection-info").textContent = info;
-  } catch (_) { /* the next action reports it */ }
+    $("collection-info").textContent = describe(state.collection);
+  } catch (exc) {
+    if (exc.status === 404) await loadCollections(); // deleted elsewhere
+    return;
+  }
   await loadItems();
 }
 
@@ -90,18 +111,24 @@ async function loadItems() {
   try {
     page = await request("GET", path.collection(c.name) + "/items", { params: { limit: String(PAGE), offset: String(itemOffset) } });
   } catch (exc) {
-    showError(exc.message, exc.status);
+    showError(`Cannot list the items of ${c.name}`, exc);
+    return;
+  }
+  if (!page.data.length && itemOffset > 0) { // the last item of a page was deleted: step back
+    itemOffset = Math.max(0, itemOffset - PAGE);
+    await loadItems();
     return;
   }
   $("items").replaceChildren(...page.data.map((item) => itemRow(c, item)));
-  $("items-page").textContent = page.count ? `${itemOffset + 1}–${itemOffset + page.data.length} of ${page.count}` : "empty";
+  if (!page.count) $("items").append(el("li", { className: "muted" }, "Empty: add files above to search them."));
+  $("items-page").textContent = page.count ? `${itemOffset + 1}–${itemOffset + page.data.length} of ${page.count}` : "";
   $("prev-items").disabled = itemOffset === 0;
   $("next-items").disabled = itemOffset + PAGE >= page.count;
 }
 
 function itemRow(collection, item) {
   const text = item.metadata.label || item.metadata.caption || item.filename || "";
-  const row = el("li", { className: "item" });
+  const row = el("li", { className: "item", dataset: { id: item.id } });
   if (collection.modality === "image" && item.has_media) {
     const thumb = el("img", { className: "mini", alt: "" });
     mediaUrl(collection.name, item.id).then((url) => { thumb.src = url; }, () => thumb.remove());
@@ -110,8 +137,23 @@ function itemRow(collection, item) {
   const duration = item.duration_s ? ` · ${item.duration_s.toFixed(1)} s` : "";
   row.append(
     el("span", {}, el("strong", {}, item.id), el("span", { className: "muted" }, ` ${text}${duration}`)),
-    el("button", { type: "button", onclick: () => runQuery(itemQuery(item.id)) }, "Search with this"));
+    el("button", { type: "button", onclick: () => runQuery(itemQuery(item.id)) }, "Search with this"),
+    el("button", { type: "button", className: "danger", ariaLabel: `Delete ${item.id}`, onclick: () => deleteItem(collection, item) }, "Delete"));
   return row;
+}
+
+async function deleteItem(collection, item) {
+  const sure = await confirmAction(`Delete ${item.id} from ${collection.name}? Its stored file goes too; this cannot be undone.`, "Delete item");
+  if (!sure) return;
+  try {
+    await request("DELETE", path.item(collection.name, item.id));
+  } catch (exc) {
+    showError(`${item.id} was not deleted`, exc);
+    await refreshCollection();
+    return;
+  }
+  for (const card of $("results").querySelectorAll(".result")) if (card.dataset.id === item.id) card.remove();
+  await refreshCollection();
 }
 
 function wire() {
@@ -133,6 +175,7 @@ function wire() {
   $("prev-items").addEventListener("click", () => { itemOffset = Math.max(0, itemOffset - PAGE); loadItems(); });
   $("next-items").addEventListener("click", () => { itemOffset += PAGE; loadItems(); });
   $("compare").addEventListener("change", (event) => { if (!event.target.checked) hideConfidence(); });
+  wireCollections({ reload: loadCollections });
 }
 
 wire();

@@ -3,7 +3,7 @@
 
 import { contentHash, mediaUrl, path, request } from "./api.js";
 import { judgeControls, recordComparison } from "./judge.js";
-import { el, showError, state } from "./ui.js";
+import { clearError, el, showError, state } from "./ui.js";
 
 export async function fileQuery(file) {
   return { qid: `file:${await contentHash(file)}`, description: `file ${file.name}`, file };
@@ -52,6 +52,7 @@ export async function runQuery(query) {
     return;
   }
   state.query = query;
+  clearError();
   const summary = document.getElementById("query-summary");
   summary.textContent = `Searching ${collection.name} with ${query.description}…`;
   document.getElementById("results").replaceChildren();
@@ -60,7 +61,7 @@ export async function runQuery(query) {
     responses = await Promise.all(modes.map((mode) => searchOnce(collection.name, query, settings, mode)));
   } catch (exc) {
     summary.textContent = `The search failed: ${exc.message}`;
-    showError(exc.message, exc.status);
+    showError("The search failed", exc);
     return;
   }
   if (state.query !== query) return; // a newer search started meanwhile
@@ -123,20 +124,60 @@ function audioParts(collection, result) {
   const player = el("audio", { controls: true, preload: "auto", className: "player" });
   player.setAttribute("aria-label", `Play ${result.id}`);
   const best = result.segments[0];
+  const timeline = el("div", { className: "timeline", hidden: true, role: "group", ariaLabel: `Where ${result.id} matches` });
   mediaUrl(collection.name, result.id).then((url) => {
     // start at the matching segment: set the time once the browser knows the duration
-    player.addEventListener("loadedmetadata", () => { if (best) player.currentTime = best.start; }, { once: true });
+    player.addEventListener("loadedmetadata", () => {
+      if (best) player.currentTime = best.start;
+      drawTimeline(timeline, player, result);
+    }, { once: true });
     player.src = url;
-  }, (exc) => player.replaceWith(el("p", { className: "error" }, `Cannot play: ${exc.message}`)));
+  }, (exc) => player.replaceWith(el("p", { className: "error" }, `Cannot play ${result.id}: ${exc.message}`)));
   const segments = el("ul", { className: "segments", ariaLabel: "Matching segments" },
     ...result.segments.map((segment) => el("li", {},
       el("button", {
         type: "button", className: "segment",
-        onclick: () => { player.currentTime = segment.start; player.play().catch(() => {}); },
+        onclick: () => playFrom(player, segment.start),
       }, `▶ ${segment.start.toFixed(1)}–${segment.end.toFixed(1)} s`),
       el("span", { className: "muted" }, ` distance ${fmt(segment.distance)}`))));
   const again = el("button", { type: "button", onclick: () => runQuery(itemQuery(result.id)) }, "Search with this clip");
-  return [player, segments, again];
+  return [player, timeline, segments, again];
+}
+
+function playFrom(player, seconds) {
+  player.currentTime = seconds;
+  player.play().catch(() => {});
+}
+
+// A long recording gets a timeline: every occurrence marked where it is, a click plays from it,
+// and a playhead follows the player. Short clips (one window or two) do not need one.
+function drawTimeline(timeline, player, result) {
+  const duration = player.duration;
+  if (!Number.isFinite(duration) || !result.segments.length) return;
+  const longest = Math.max(...result.segments.map((s) => s.end - s.start));
+  if (duration < 3 * longest) return;
+  const head = el("div", { className: "playhead" });
+  // weaker matches are paler: the best is solid, the worst listed one faint
+  const distances = result.segments.map((s) => s.distance);
+  const [low, high] = [Math.min(...distances), Math.max(...distances)];
+  const marks = result.segments.map((segment, n) => {
+    const mark = el("button", {
+      type: "button", className: n === 0 ? "mark best" : "mark",
+      title: `${segment.start.toFixed(1)}–${segment.end.toFixed(1)} s, distance ${fmt(segment.distance)}`,
+      ariaLabel: `Play occurrence ${n + 1} at ${segment.start.toFixed(1)} s`,
+      onclick: () => playFrom(player, segment.start),
+    });
+    mark.style.left = `${(100 * segment.start) / duration}%`;
+    mark.style.width = `${Math.max(1, (100 * (segment.end - segment.start)) / duration)}%`;
+    mark.style.opacity = String(high > low ? 1 - 0.65 * ((segment.distance - low) / (high - low)) : 1);
+    return mark;
+  });
+  const track = el("div", { className: "track" }, ...marks, head);
+  const moveHead = () => { head.style.left = `${(100 * player.currentTime) / duration}%`; };
+  player.addEventListener("timeupdate", moveHead);
+  moveHead();
+  timeline.replaceChildren(track, el("div", { className: "ticks muted" }, el("span", {}, "0 s"), el("span", {}, `${duration.toFixed(1)} s`)));
+  timeline.hidden = false;
 }
 
 function imagePart(collection, result) {

@@ -1,5 +1,7 @@
 // Shared page state and small DOM helpers.
 
+import { explain } from "./errors.js";
+
 export const state = {
   collection: null, // stats of the selected collection (GET /v1/collections/{name})
   encoders: new Map(), // name -> GET /v1/encoders row
@@ -20,13 +22,31 @@ export function el(tag, props = {}, ...children) {
   return node;
 }
 
-export function showError(message, status) {
+// Show a failed action in the banner: what failed, the service's reason, and what to do.
+export function showError(what, exc) {
   const banner = document.getElementById("banner");
-  banner.textContent = status === 401
-    ? `${message} Enter the key in the API key field above and save it.`
-    : message;
+  banner.textContent = exc ? explain(what, exc) : what;
   banner.hidden = false;
-  if (status === 401) document.getElementById("api-key").focus();
+  if (exc && exc.status === 401) document.getElementById("api-key").focus();
+}
+
+// Ask before something that cannot be undone; resolves true only for the confirming button.
+// A <dialog> opened with showModal keeps keyboard focus inside it and closes on Escape.
+export function confirmAction(message, confirmLabel) {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-message").textContent = message;
+  const yes = document.getElementById("confirm-yes");
+  yes.textContent = confirmLabel;
+  const opener = document.activeElement;
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => {
+      if (opener && document.contains(opener)) opener.focus();
+      resolve(dialog.returnValue === "yes");
+    }, { once: true });
+    dialog.returnValue = "";
+    dialog.showModal();
+    document.getElementById("confirm-no").focus(); // the safe choice has the focus
+  });
 }
 
 export function clearError() {
@@ -51,5 +71,12 @@ export function dropZone(zone, onFiles) {
   input.addEventListener("change", () => {
     if (input.files.length) onFiles([...input.files]);
     input.value = ""; // choosing the same file again should search again
+  });
+  // the zone itself is focusable: Enter or Space opens the file picker
+  zone.addEventListener("keydown", (event) => {
+    if (event.target === zone && (event.key === "Enter" || event.key === " ")) {
+      event.preventDefault();
+      input.click();
+    }
   });
 }
