@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from app import demo_data
+from app.errors import BackendError
 from app.ingest import Upload, ingest
 from app.services import Services
 
@@ -48,7 +49,11 @@ async def seed_demo(services: Services) -> dict[str, Any]:
     if services.collections:
         log.info("demo: the catalog already has collections; not seeding")
         return {"seeded": False}
-    return await add_demo_collections(services)
+    try:
+        return await add_demo_collections(services)
+    except BackendError as exc:  # a broken install must not stop the service from starting
+        log.error("demo: %s", exc.message)
+        return {"seeded": False}
 
 
 async def add_demo_collections(services: Services) -> dict[str, Any]:
@@ -60,6 +65,8 @@ async def add_demo_collections(services: Services) -> dict[str, Any]:
 
 
 async def _add_missing(services: Services) -> dict[str, Any]:
+    if not (demo_data.DEMO_DIR / demo_data.MANIFEST).is_file():
+        raise BackendError(f"the demo media is missing from this installation ({demo_data.DEMO_DIR}); reinstall the package")
     started = time.perf_counter()
     summary: dict[str, Any] = {"seeded": True, "collections": {}}
     for name, (key, modality, preferred, description) in DEMO.items():

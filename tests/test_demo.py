@@ -139,3 +139,11 @@ def test_demo_is_not_seeded_again_or_when_turned_off(tmp_path) -> None:
     with TestClient(create_app(make_settings(tmp_path / "off", demo=False, api_keys=["k"]))) as client:
         assert client.get("/v1/collections", headers={"X-API-Key": "k"}).json()["count"] == 0
         assert error_of(client.post("/v1/demo"))["code"] == "unauthorized"  # the demo route is behind the key too
+
+
+def test_missing_demo_media_is_reported_not_fatal(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(demo_data, "DEMO_DIR", tmp_path / "nowhere")
+    with TestClient(create_app(make_settings(tmp_path, demo=True))) as client:  # the service still starts
+        assert client.get("/v1/collections").json()["count"] == 0
+        response = client.post("/v1/demo")
+        assert response.status_code == 500 and "demo media is missing" in error_of(response)["message"]

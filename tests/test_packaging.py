@@ -26,4 +26,6 @@ def test_wheel_carries_default_checkpoints_and_web_page(tmp_path):
     checkpoints = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "app/assets/models").rglob("*") if p.is_file())
     assert checkpoints and set(checkpoints) <= names
     assert "app/web/static/index.html" in names
+    demo = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "app/assets/demo").rglob("*") if p.is_file())
+    assert "app/assets/demo/manifest.jsonl" in demo and set(demo) <= names  # the demo seeds from these
     assert any(n.endswith("entry_points.txt") for n in names)

@@ -17,6 +17,7 @@ _ERROR = {"content": {"application/json": {"example": {"error": {"code": "...", 
     "/demo",
     responses={
         401: {"description": "API keys are on and none (or a wrong one) was sent", **_ERROR},
+        500: {"description": "the demo media is missing from this installation", **_ERROR},
         503: {"description": "the service is still starting", **_ERROR},
     },
 )
