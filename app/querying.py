@@ -1,4 +1,11 @@
-"""A search request -> query vectors -> ranked results, with timings per stage."""
+"""A search request -> query vectors -> ranked results, with timings per stage.
+
+The query path is latency-bound, so it avoids hops between threads where they cost more than the
+work they move: a small PCM WAV is decoded on the event loop (a numpy view and a resample, well
+under a millisecond), and the whole ranking after the index scan is one worker-thread call. The
+query announces itself to the encoder's batcher while it decodes, so concurrent queries share a
+model call while a lone one goes to the model without waiting (see ``app.worker.batcher``).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from app.api.schemas import SearchRequest
 from app.errors import InvalidInput
 from app.features.windows import cut_windows
 from app.ingest import Upload, decode_media
+from app.media.audio import decode_audio, uses_fast_path
 from app.search.pipeline import Query, SearchOptions, search, to_results
 from app.search.ranking import ItemHit
 from app.services import CollectionState, Services
@@ -33,13 +41,16 @@ async def build_query(services: Services, state: CollectionState, params: Search
         if collection.modality != "image":
             raise InvalidInput(f"text queries search image collections; {collection.name!r} holds audio")
         t = time.perf_counter()
-        emb = await services.encoders.encode_text(collection.encoder, [params.text])
+        emb = await services.encoders.encode_text(collection.encoder, [params.text], patient=False)
         timings["encode_ms"] = (time.perf_counter() - t) * 1000
         return Query(floats=emb.floats, codes=emb.codes, text=params.text)
     assert upload is not None
     encoder = await services.encoders.load(collection.encoder)
     t = time.perf_counter()
-    media = await decode_media(services, collection.modality, upload, sample_rate=encoder.sample_rate, query=True)
+    # leave the block before encode() submits: the batcher then waits for other queries still
+    # decoding, never for this one (the submit follows with no await in between)
+    with services.encoders.expecting(encoder):
+        media = await _decode_query(services, collection.modality, upload, encoder.sample_rate)
     timings["decode_ms"] = (time.perf_counter() - t) * 1000
     if collection.modality == "audio":
         assert encoder.sample_rate and collection.window_s and collection.hop_s
@@ -47,9 +58,23 @@ async def build_query(services: Services, state: CollectionState, params: Search
     else:
         inputs = [media]
     t = time.perf_counter()
-    emb = await services.encoders.encode(collection.encoder, inputs)
+    emb = await services.encoders.encode(collection.encoder, inputs, patient=False)
     timings["encode_ms"] = (time.perf_counter() - t) * 1000
     return Query(floats=emb.floats, codes=emb.codes)
+
+
+# Largest PCM WAV decoded on the event loop: ~16 s of 16 kHz mono, or ~2.7 s of 48 kHz stereo;
+# its decode and resample take about a millisecond at most. Larger files go to a worker thread.
+INLINE_DECODE_BYTES = 512 * 1024
+
+
+async def _decode_query(services: Services, modality: str, upload: Upload, sample_rate: int | None) -> np.ndarray:
+    if modality == "audio" and len(upload.data) <= INLINE_DECODE_BYTES and uses_fast_path(upload.data):
+        assert sample_rate is not None
+        limits = services.settings.limits  # the limits decode_media applies to a query
+        return decode_audio(upload.data, target_rate=sample_rate, filename=upload.filename,
+                            min_seconds=limits.min_audio_seconds, max_seconds=limits.max_query_seconds)
+    return await decode_media(services, modality, upload, sample_rate=sample_rate, query=True)
 
 
 async def run_search(services: Services, name: str, params: SearchRequest, upload: Upload | None) -> dict[str, Any]:
@@ -70,12 +95,16 @@ async def run_search(services: Services, name: str, params: SearchRequest, uploa
         nms_iou=params.nms_iou,
     )
     t = time.perf_counter()
-    hits = await search(services.catalog, state.collection, state.index, state.scans, query, options)
+    # without re-ranking the hits are final: their catalog rows come in the search's own thread call
+    hits = await search(services.catalog, state.collection, state.index, state.scans, query, options, with_items=not rerank)
     timings["search_ms"] = (time.perf_counter() - t) * 1000
     rerank_scores = None
     if rerank and hits:
         t = time.perf_counter()
-        vectors = await asyncio.to_thread(_item_vectors, services, state, hits)
+        if state.index.float is not None:  # an in-memory gather: no thread hop needed
+            vectors = _item_vectors(services, state, hits)
+        else:
+            vectors = await asyncio.to_thread(_item_vectors, services, state, hits)
         hits = [h for h in hits if h.item_id in vectors]  # deleted since stage 1
         floats = np.stack([vectors[h.item_id] for h in hits]) if hits else np.zeros((0, state.collection.dim), np.float32)
         assert query.text is not None
@@ -84,7 +113,10 @@ async def run_search(services: Services, name: str, params: SearchRequest, uploa
         hits = sorted(hits, key=lambda h: (-rerank_scores[h.item_id], h.item_id))
         timings["rerank_ms"] = (time.perf_counter() - t) * 1000
     hits = hits[: params.k]
-    items = await asyncio.to_thread(services.catalog.items_by_id, state.collection.name, [h.item_id for h in hits])
+    if all(h.item is not None for h in hits):
+        items = {h.item_id: h.item for h in hits}
+    else:
+        items = await asyncio.to_thread(services.catalog.items_by_id, state.collection.name, [h.item_id for h in hits])
     mode = "binary" if params.mode == "binary" else "float"
     results = to_results(hits, items, mode, state.collection.bits, rerank_scores)
     timings["total_ms"] = (time.perf_counter() - started) * 1000
@@ -98,9 +130,9 @@ def _item_vectors(services: Services, state: CollectionState, hits: list[ItemHit
     """
     index = state.index.float
     if index is not None:
-        present = [h for h in hits if h.best_segment_id in index]
-        vectors = index.reconstruct(np.asarray([h.best_segment_id for h in present], dtype=np.int64)) if present else []
-        return {h.item_id: v for h, v in zip(present, vectors)}
+        by_segment = {h.best_segment_id: h.item_id for h in hits}
+        present, vectors = index.reconstruct_present(np.asarray(list(by_segment), dtype=np.int64))
+        return {by_segment[sid]: v for sid, v in zip(present.tolist(), vectors)}
     c = state.collection
     out = {}
     for hit in hits:

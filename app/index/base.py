@@ -56,6 +56,10 @@ class VectorIndex(Protocol):
         """Return the stored vectors of ``ids`` in the order given; KeyError for unknown ids."""
         ...
 
+    def reconstruct_present(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``(ids still present, their vectors)`` in the order given, skipping unknown ids."""
+        ...
+
     def ids(self) -> np.ndarray:
         """All ids, sorted ascending."""
         ...

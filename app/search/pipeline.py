@@ -80,8 +80,14 @@ async def search(
     scans: Scans,
     query: Query,
     options: SearchOptions,
+    *,
+    with_items: bool = False,
 ) -> list[ItemHit]:
-    """Ranked items for a query (no re-ranking; see :func:`app.search.rerank`)."""
+    """Ranked items for a query (no re-ranking; see :func:`app.search.rerank`).
+
+    With ``with_items`` each hit also carries its catalog row (``hit.item``), read in the same
+    worker-thread call as the ranking: one thread hop per scan depth, not one per lookup.
+    """
     check_mode(collection, options.mode)
     total = len(index)
     if total == 0:
@@ -90,20 +96,35 @@ async def search(
     depth = min(total, max(want * 4, 32))
     while True:
         distances = await _segment_distances(index, scans, query, options, depth)
-        segment_items = await asyncio.to_thread(catalog.segment_items, collection.name, np.fromiter(distances, np.int64))
-        hits = [h for h in group_by_item(distances, segment_items) if h.item_id != query.exclude_item]
-        if options.max_distance is not None:
-            hits = [h for h in hits if h.distance <= options.max_distance]
-        if options.filter and hits:
-            hits = await asyncio.to_thread(_apply_filter, catalog, collection.name, hits, options.filter)
         # every item beyond the scanned depth is at least as far as the worst scanned segment,
         # so the top k are final once k items are found or the whole index was scanned
-        if len(hits) >= options.k or depth >= total:
-            break
+        hits = await asyncio.to_thread(_rank, catalog, collection, query, options, distances, depth >= total, with_items)
+        if hits is not None:
+            return hits
         depth = min(total, depth * 4)
+
+
+def _rank(
+    catalog: Catalog, collection: Collection, query: Query, options: SearchOptions,
+    distances: dict[int, float], last: bool, with_items: bool,
+) -> list[ItemHit] | None:
+    """Segments -> the final top-k items with their occurrences; None when k were not found
+    and a deeper scan may find more. Runs on a worker thread (catalog reads)."""
+    segment_items = catalog.segment_items(collection.name, np.fromiter(distances, np.int64, len(distances)))
+    hits = [h for h in group_by_item(distances, segment_items) if h.item_id != query.exclude_item]
+    if options.max_distance is not None:
+        hits = [h for h in hits if h.distance <= options.max_distance]
+    if options.filter and hits:
+        hits = _apply_filter(catalog, collection.name, hits, options.filter)
+    if len(hits) < options.k and not last:
+        return None
     hits = hits[: options.k]
     if collection.modality == "audio":  # an image is one segment: nothing more to locate
-        await asyncio.to_thread(_occurrences, catalog, collection, query, options, hits)
+        _occurrences(catalog, collection, query, options, hits)
+    if with_items and hits:
+        items = catalog.items_by_id(collection.name, [h.item_id for h in hits])
+        for hit in hits:
+            hit.item = items.get(hit.item_id, {})
     return hits
 
 
@@ -122,10 +143,8 @@ async def _segment_distances(index: CollectionIndex, scans: Scans, query: Query,
         assert scans.binary is not None and index.float is not None
         shortlist = min(len(index), depth * options.oversample)
         _, ids = await scans.binary.search(query.codes, shortlist)
-        candidates = np.unique(ids[ids >= 0])
         # a concurrent delete may have removed a shortlisted segment since the scan
-        candidates = np.asarray([c for c in candidates.tolist() if c in index.float], dtype=np.int64)
-        vectors = index.float.reconstruct(candidates)
+        candidates, vectors = index.float.reconstruct_present(np.unique(ids[ids >= 0]))
         exact = cosine_distance(query.floats, vectors).min(axis=0)  # min over query windows
         # keep the best `depth` after re-ranking: the shortlist is oversampled for recall, but
         # mapping all of it to items would cost more than the scan itself

@@ -2,9 +2,16 @@
 
 A request submits a *group* of inputs (one image, or the hundreds of windows of a long
 recording) and awaits one future. A single background task forms batches of at most
-``max_batch_size`` inputs, taking whole or partial groups in arrival order, waiting at most
-``max_wait_s`` after the first input for company. The batch function runs on one dedicated
-thread so model work never blocks the event loop and batches never run concurrently.
+``max_batch_size`` inputs, taking whole or partial groups in arrival order. The batch function
+runs on one dedicated thread so model work never blocks the event loop and batches never run
+concurrently.
+
+How long a batch waits for company depends on who is in it. A *patient* group (ingest, the
+default) lets the batch wait up to ``max_wait_s`` after its first input. An *impatient* group
+(a query) does not wait for nobody: it waits only while other requests have announced, with
+:meth:`DynamicBatcher.expecting`, that their inputs are on the way (a query being decoded), and
+still at most ``max_wait_s``. A lone query therefore goes straight to the model, while
+concurrent queries share batches: those that arrive while a batch runs form the next one.
 
 If the batch function raises, every group with inputs in that batch fails with that error.
 """
@@ -15,8 +22,9 @@ import asyncio
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
 
 from app.errors import Overloaded, Unhealthy
 from app.worker.tasks import cancel_and_wait
@@ -32,6 +40,7 @@ class _Group(Generic[In]):
     enqueued_at: float
     outputs: list[Any] = field(default_factory=list)
     taken: int = 0  # inputs already handed to a batch
+    patient: bool = True  # may the batch wait max_wait_s for company for this group's sake
 
 
 @dataclass
@@ -85,6 +94,7 @@ class DynamicBatcher(Generic[In, Out]):
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{name}")
         self._stopped = False
+        self._expected = 0  # requests that announced inputs on their way (see expecting)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -110,12 +120,33 @@ class DynamicBatcher(Generic[In, Out]):
 
     # --- submitting -----------------------------------------------------------------------
 
-    async def submit(self, item: In) -> Out:
-        """Process one input; returns its output."""
-        return (await self.submit_many([item]))[0]
+    @contextmanager
+    def expecting(self) -> Iterator[None]:
+        """Announce that this request will submit soon (e.g. while its upload is decoded).
 
-    async def submit_many(self, items: Sequence[In]) -> list[Out]:
-        """Process a group of inputs, possibly across several batches; outputs in order."""
+        While announcements are open, a batch holding only impatient groups waits (at most
+        ``max_wait_s``) for them instead of leaving at once: concurrent queries share a model
+        call, and a lone query, which announces nothing beyond its own submit, never waits.
+        Submit *after* leaving the block, or the batch would wait for the submit itself.
+        """
+        self._expected += 1
+        try:
+            yield
+        finally:
+            self._expected -= 1
+            if self._wakeup is not None:
+                self._wakeup.set()
+
+    async def submit(self, item: In, *, patient: bool = True) -> Out:
+        """Process one input; returns its output."""
+        return (await self.submit_many([item], patient=patient))[0]
+
+    async def submit_many(self, items: Sequence[In], *, patient: bool = True) -> list[Out]:
+        """Process a group of inputs, possibly across several batches; outputs in order.
+
+        ``patient=False`` (queries): the batch does not wait for company on this group's
+        account, only for requests that announced themselves with :meth:`expecting`.
+        """
         if self._stopped:
             raise Unhealthy(f"{self.name}: shutting down")
         if not items:
@@ -125,7 +156,7 @@ class DynamicBatcher(Generic[In, Out]):
         if self._task is None:
             self.start()
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._queue.append(_Group(items, future, time.monotonic()))
+        self._queue.append(_Group(items, future, time.monotonic(), patient=patient))
         assert self._wakeup is not None
         self._wakeup.set()
         return await future
@@ -142,8 +173,9 @@ class DynamicBatcher(Generic[In, Out]):
                 await self._wakeup.wait()
                 continue
             deadline = time.monotonic() + self.max_wait_s
-            # wait for company until the batch is full or the deadline passes
-            while self.queue_depth < self.max_batch_size:
+            # wait for company until the batch is full or the deadline passes, and only while
+            # someone is worth waiting for: a patient group, or an announced request
+            while self.queue_depth < self.max_batch_size and self._worth_waiting():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -174,6 +206,9 @@ class DynamicBatcher(Generic[In, Out]):
                 if len(group.outputs) == len(group.inputs):
                     if not group.future.done():
                         group.future.set_result(group.outputs)
+
+    def _worth_waiting(self) -> bool:
+        return self._expected > 0 or any(group.patient for group in self._queue)
 
     def _take_batch(self) -> list[tuple[_Group[In], int, int]]:
         slices = []

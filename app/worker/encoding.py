@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ContextManager, Sequence
 
 import numpy as np
 import torch
@@ -66,15 +66,21 @@ class EncoderPool:
 
     # --- batched calls --------------------------------------------------------------------
 
-    async def encode(self, name: str, inputs: Sequence[Any]) -> Embeddings:
+    async def encode(self, name: str, inputs: Sequence[Any], *, patient: bool = True) -> Embeddings:
+        """Embed inputs; ``patient=False`` for queries (see :class:`DynamicBatcher`)."""
         encoder = await self.load(name)
-        return _stack(await self._batcher(encoder, "encode").submit_many(list(inputs)), encoder)
+        return _stack(await self._batcher(encoder, "encode").submit_many(list(inputs), patient=patient), encoder)
 
-    async def encode_text(self, name: str, texts: Sequence[str]) -> Embeddings:
+    def expecting(self, encoder: Encoder) -> ContextManager[None]:
+        """Announce an ``encode`` call on its way (a query being decoded): concurrent queries
+        then share a batch, while a lone query still goes to the model at once."""
+        return self._batcher(encoder, "encode").expecting()
+
+    async def encode_text(self, name: str, texts: Sequence[str], *, patient: bool = True) -> Embeddings:
         encoder = await self.load(name)
         if not encoder.supports_text:
             raise InvalidInput(f"encoder {name!r} cannot embed text; text search needs an image-text encoder")
-        return _stack(await self._batcher(encoder, "text").submit_many(list(texts)), encoder)
+        return _stack(await self._batcher(encoder, "text").submit_many(list(texts), patient=patient), encoder)
 
     async def rerank(self, name: str, text: str, image_floats: np.ndarray) -> np.ndarray:
         encoder = await self.load(name)
@@ -82,7 +88,7 @@ class EncoderPool:
             raise InvalidInput(f"encoder {name!r} has no relevance head; search with rerank=false")
         # one call per query (its candidates are the batch), on the text batcher's thread
         batcher = self._batcher(encoder, "rerank")
-        return (await batcher.submit((text, image_floats)))[0]
+        return (await batcher.submit((text, image_floats), patient=False))[0]
 
     def _batcher(self, encoder: Encoder, op: str) -> DynamicBatcher[Any, Row]:
         key = (encoder.name, op)

@@ -111,3 +111,66 @@ def test_wrong_output_count_is_an_error():
 def test_constructor_arguments_are_validated(kwargs):
     with pytest.raises(ValueError):
         DynamicBatcher(Recorder(), **kwargs)
+
+
+def test_a_lone_query_does_not_wait_for_company():
+    """Impatient groups leave at once when nobody announced themselves, whatever max_wait_s."""
+
+    async def main():
+        rec = Recorder()
+        batcher = DynamicBatcher(rec, max_batch_size=8, max_wait_s=1000)
+        assert await asyncio.wait_for(batcher.submit(1, patient=False), 30) == 10
+        assert rec.calls == [[1]]
+        await batcher.stop()
+
+    asyncio.run(main())
+
+
+def test_queries_wait_for_announced_ones_and_share_their_batch():
+    async def main():
+        rec = Recorder()
+        batcher = DynamicBatcher(rec, max_batch_size=8, max_wait_s=1000)
+        with batcher.expecting():  # a second query is still being decoded
+            first = asyncio.ensure_future(batcher.submit(1, patient=False))
+            await asyncio.sleep(0.05)
+            assert not first.done()  # held for the announced query, not sent alone
+        second = await batcher.submit(2, patient=False)
+        assert (await first, second) == (10, 20)
+        assert rec.calls == [[1, 2]]
+        await batcher.stop()
+
+    asyncio.run(main())
+
+
+def test_an_announcement_that_ends_without_a_submit_releases_the_batch():
+    """A query whose decode fails must not hold the others until max_wait_s."""
+
+    async def main():
+        rec = Recorder()
+        batcher = DynamicBatcher(rec, max_batch_size=8, max_wait_s=1000)
+        waiting = None
+        try:
+            with batcher.expecting():
+                waiting = asyncio.ensure_future(batcher.submit(1, patient=False))
+                await asyncio.sleep(0.05)
+                raise ValueError("corrupt upload")
+        except ValueError:
+            pass
+        assert await asyncio.wait_for(waiting, 30) == 10
+        await batcher.stop()
+
+    asyncio.run(main())
+
+
+def test_a_patient_group_in_the_batch_still_waits_for_company():
+    async def main():
+        rec = Recorder()
+        batcher = DynamicBatcher(rec, max_batch_size=3, max_wait_s=1000)
+        ingest = asyncio.ensure_future(batcher.submit(1))  # patient (the default)
+        query = asyncio.ensure_future(batcher.submit(2, patient=False))
+        await asyncio.sleep(0.05)
+        assert not ingest.done() and not query.done()  # batch not full, a patient group waits
+        assert (await batcher.submit(3), await ingest, await query) == (30, 10, 20)
+        await batcher.stop()
+
+    asyncio.run(main())

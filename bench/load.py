@@ -1,0 +1,144 @@
+"""A bounded async HTTP load generator (httpx) for the running service.
+
+Closed loop: ``concurrency`` clients each send a request, wait for the answer, send the next.
+The run stops after ``total`` requests or ``max_seconds``, whichever comes first, so it is always
+bounded. Request bodies are built once up front (a multipart body is plain bytes with its
+boundary in the content type), so the generator spends its CPU on HTTP, not on encoding forms:
+on a 2-core machine the client shares the cores with the server, and its own CPU time is
+reported next to the results so the reader can tell.
+
+    python -m bench.load --url http://127.0.0.1:8000 --collection clips --file q.wav -c 16 -n 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Req:
+    """One prepared request."""
+
+    method: str
+    path: str
+    content: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def multipart(files: dict[str, tuple[str, bytes, str]], fields: dict[str, str] | None = None) -> tuple[bytes, str]:
+    """(body, content type) of a multipart/form-data request, built once."""
+    boundary = uuid.uuid4().hex
+    parts = []
+    for name, value in (fields or {}).items():
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
+    for name, (filename, data, ctype) in files.items():
+        head = f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\nContent-Type: {ctype}\r\n\r\n'
+        parts.append(head.encode() + data + b"\r\n")
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+
+
+def search_file_request(collection: str, filename: str, data: bytes, k: int = 10, ctype: str = "application/octet-stream") -> Req:
+    body, content_type = multipart({"file": (filename, data, ctype)}, {"k": str(k)})
+    return Req("POST", f"/v1/collections/{collection}/search", body, {"content-type": content_type})
+
+
+def json_request(path: str, payload: dict[str, Any]) -> Req:
+    return Req("POST", path, json.dumps(payload).encode(), {"content-type": "application/json"})
+
+
+def percentiles(ms: list[float]) -> dict[str, float]:
+    if not ms:
+        return {"n": 0}
+    a = np.asarray(ms)
+    return {"n": len(ms), "p50_ms": float(np.percentile(a, 50)), "p90_ms": float(np.percentile(a, 90)),
+            "p99_ms": float(np.percentile(a, 99)), "mean_ms": float(a.mean()), "max_ms": float(a.max())}
+
+
+async def run_load(
+    url: str, requests: list[Req], concurrency: int, total: int, max_seconds: float = 30.0,
+    client: httpx.AsyncClient | None = None, keep_latencies: bool = False,
+) -> dict[str, Any]:
+    """Send ``requests`` round-robin from ``concurrency`` closed-loop clients; latency and q/s."""
+    own = client is None
+    client = client or httpx.AsyncClient(base_url=url, timeout=60.0,
+                                         limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency))
+    latencies: list[float] = []
+    server: dict[str, list[float]] = {}
+    errors: dict[str, int] = {}
+    counter = iter(range(total))
+    deadline = time.perf_counter() + max_seconds
+
+    async def worker() -> None:
+        for i in counter:
+            if time.perf_counter() > deadline:
+                return
+            req = requests[i % len(requests)]
+            t = time.perf_counter()
+            try:
+                r = await client.request(req.method, req.path, content=req.content, headers=req.headers)
+            except httpx.HTTPError as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                continue
+            ms = (time.perf_counter() - t) * 1000
+            if r.status_code != 200:
+                errors[str(r.status_code)] = errors.get(str(r.status_code), 0) + 1
+                continue
+            latencies.append(ms)
+            for key, value in r.json().get("timings", {}).items():
+                server.setdefault(key, []).append(value)
+
+    cpu = time.process_time()
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        if own:
+            await client.aclose()
+    wall = time.perf_counter() - started
+    extra = {"latencies_ms": latencies} if keep_latencies else {}
+    return {**extra,
+        "concurrency": concurrency, **percentiles(latencies), "errors": errors,
+        "queries_per_s": len(latencies) / wall, "wall_s": wall,
+        "client_cpu_s": time.process_time() - cpu,
+        "server_timings_p50_ms": {k: float(np.percentile(v, 50)) for k, v in server.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--collection", required=True)
+    parser.add_argument("--file", type=Path, help="query by this example file (multipart)")
+    parser.add_argument("--text", help="or query an image collection by this text")
+    parser.add_argument("-k", type=int, default=10)
+    parser.add_argument("-c", "--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("-n", "--requests", type=int, default=200, help="per concurrency level")
+    parser.add_argument("--max-seconds", type=float, default=30.0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    if bool(args.file) == bool(args.text):
+        parser.error("give --file or --text")
+    if args.file:
+        req = search_file_request(args.collection, args.file.name, args.file.read_bytes(), args.k)
+    else:
+        req = json_request(f"/v1/collections/{args.collection}/search", {"text": args.text, "k": args.k})
+    rows = [asyncio.run(run_load(args.url, [req], c, args.requests, args.max_seconds)) for c in args.concurrency]
+    print(json.dumps(rows, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,290 @@
+"""Query path over HTTP: latency and throughput of the real server on loopback.
+
+Starts ``recall serve`` (uvicorn, one worker) on 127.0.0.1 against a copy of a cached corpus
+(``bench.query_corpus``: 10^5 audio windows encoded by the service's *default* audio encoder,
+10^5 images by the default image encoder) and drives it with ``bench.load``:
+
+* ``audio_wav16k``: 1-second 16 kHz mono PCM WAV queries by example at 1, 4, 16 and 64
+  concurrent clients (q/s and the ratio to one client);
+* ``formats``: the same second as MP3, FLAC, Ogg Vorbis and 48 kHz stereo WAV, one client;
+* ``text``: text-to-image at 10^5 images, re-rank R = 100, and stage 1 only, one client;
+* ``ingest_under_search``: one client searching while a 10-minute recording is ingested.
+
+``--baseline REV`` exports that git revision's ``app/`` to a temporary directory and runs every
+phase against it too, interleaved with the working tree (same corpus, same load on the machine),
+so before/after ratios come from one run. ``--profile`` attaches py-spy to the working tree's
+server during the one-client WAV phase and writes a flame graph (SVG) and the collapsed stacks.
+
+    python -m bench.query_path [--baseline HEAD~3] [--profile] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from bench import query_corpus as corpus
+from bench.load import Req, json_request, percentiles, run_load, search_file_request
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+N_QUERY_FILES = 64  # distinct query clips, so nothing in the path can cache one answer
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``recall serve`` from a source tree, in its own process, on loopback."""
+
+    def __init__(self, tree: Path, data_dir: Path, label: str, env: dict[str, str] | None = None) -> None:
+        self.tree, self.data_dir, self.label = tree, data_dir, label
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "RECALL_DEMO": "0", "RECALL_HOST": "127.0.0.1", "RECALL_LOG_LEVEL": "warning",
+                    "RECALL_LIMITS__MAX_UPLOAD_BYTES": str(1 << 30), "HF_HUB_OFFLINE": "1",
+                    "PYTHONPATH": str(tree), **(env or {})}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(self.data_dir), "--port", str(self.port)],
+            cwd=self.tree, env=self.env, stdout=subprocess.DEVNULL, stderr=open(self.data_dir / "server.log", "wb"),
+        )
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.label} server exited: {(self.data_dir / 'server.log').read_text()[-3000:]}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"{self.label} server not ready after 600 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def _export_tree(rev: str, dest: Path) -> str:
+    """The app/ package at ``rev`` (git archive: reads the repository, changes nothing)."""
+    sha = subprocess.check_output(["git", "rev-parse", rev], cwd=ROOT, text=True).strip()
+    archive = subprocess.check_output(["git", "archive", sha, "app"], cwd=ROOT)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return sha
+
+
+def _query_files(rate_hz: int = corpus.CLIP_RATE) -> dict[str, list[tuple[str, bytes, str]]]:
+    """The same 1-second clips in each format (held-out seeds: not in the corpus)."""
+    rng = np.random.default_rng(12345)
+    clips = [corpus.synthetic_clip(rng) for _ in range(N_QUERY_FILES)]
+    import soxr
+
+    out: dict[str, list[tuple[str, bytes, str]]] = {k: [] for k in ("wav16k", "mp3", "flac", "ogg", "wav48k_stereo")}
+    for i, clip in enumerate(clips):
+        out["wav16k"].append((f"q{i}.wav", corpus.wav_bytes(clip), "audio/wav"))
+        out["flac"].append((f"q{i}.flac", corpus.wav_bytes(clip, fmt="FLAC"), "audio/flac"))
+        out["ogg"].append((f"q{i}.ogg", corpus.wav_bytes(clip, fmt="OGG", subtype="VORBIS"), "audio/ogg"))
+        out["mp3"].append((f"q{i}.mp3", corpus.wav_bytes(clip, fmt="MP3", subtype="MPEG_LAYER_III"), "audio/mpeg"))
+        wide = soxr.resample(clip, rate_hz, 48000).astype(np.float32)
+        out["wav48k_stereo"].append((f"q{i}.wav", corpus.wav_bytes(wide, rate=48000, channels=2), "audio/wav"))
+    return out
+
+
+def _texts(n: int) -> list[str]:
+    from app.training.synth_images import generate_scenes
+
+    return list(dict.fromkeys(c for s in generate_scenes(n, seed=4242) for c in s.captions))[:n]
+
+
+def _recording(minutes: float) -> bytes:
+    rng = np.random.default_rng(99)
+    wave = np.concatenate([corpus.synthetic_clip(rng, 10.0) for _ in range(int(minutes * 6))])
+    return corpus.wav_bytes(wave, fmt="FLAC")
+
+
+async def _ingest_under_search(server: Server, search: list[Req], recording: bytes, seconds: float, encoder: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
+        name = f"rec{int(time.time() * 1000)}"
+        r = await client.post("/v1/collections", json={"name": name, "modality": "audio", "encoder": encoder})
+        assert r.status_code in (200, 201), r.text
+        quiet = await run_load(server.url, search, 1, 60, 20)
+        started = time.perf_counter()
+        ingest = asyncio.create_task(client.post(f"/v1/collections/{name}/items", files={"files": ("rec.flac", recording)}))
+        during: list[dict[str, Any]] = []
+        while not ingest.done():
+            during.append(await run_load(server.url, search, 1, 10, 10, keep_latencies=True))
+        response = await ingest
+        ingest_s = time.perf_counter() - started
+        assert response.status_code == 200, response.text
+        await client.delete(f"/v1/collections/{name}")
+    # merge the short runs: percentiles over every search that overlapped the ingest
+    return {"recording_seconds": seconds, "ingest_seconds": ingest_s, "realtime_factor": seconds / ingest_s,
+            "search_alone": quiet, "search_during_ingest": _merge_runs(during)}
+
+
+def _merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    lat = [x for r in runs for x in r.get("latencies_ms", [])]
+    return {**percentiles(lat), "runs": len(runs)} if lat else {"n": 0}
+
+
+def _phase_requests(collection_audio: str, files: dict[str, list[tuple[str, bytes, str]]]) -> dict[str, list[Req]]:
+    return {fmt: [search_file_request(collection_audio, name, data, 10, ctype) for name, data, ctype in rows]
+            for fmt, rows in files.items()}
+
+
+async def _run_phases(server: Server, reqs: dict[str, list[Req]], texts: list[Req], texts_stage1: list[Req],
+                      quick: bool, skip: set[str]) -> dict[str, Any]:
+    n1 = 100 if quick else 300
+    out: dict[str, Any] = {}
+    await run_load(server.url, reqs["wav16k"], 1, 30, 30)  # warm-up: first-touch costs are not a user's
+    if "audio" not in skip:
+        rows = []
+        for c in (1, 4, 16, 64):
+            rows.append(await run_load(server.url, reqs["wav16k"], c, max(n1, 25 * c), 20 if quick else 40))
+        base = rows[0]["queries_per_s"]
+        for row in rows:
+            row["ratio_to_one_client"] = row["queries_per_s"] / base
+        out["audio_wav16k"] = rows
+    if "formats" not in skip:
+        out["formats"] = {fmt: await run_load(server.url, reqs[fmt], 1, n1 // 3, 20) for fmt in ("mp3", "flac", "ogg", "wav48k_stereo")}
+    if "text" not in skip and texts:
+        await run_load(server.url, texts, 1, 10, 20)
+        out["text"] = {"rerank_R100": await run_load(server.url, texts, 1, n1 // 3, 30),
+                       "stage1_only": await run_load(server.url, texts_stage1, 1, n1 // 3, 30)}
+    return out
+
+
+def _load() -> dict[str, float]:
+    one, five, fifteen = os.getloadavg()
+    return {"load_1m": one, "load_5m": five, "load_15m": fifteen}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--windows", type=int, default=100_000)
+    parser.add_argument("--images", type=int, default=100_000)
+    parser.add_argument("--baseline", help="git revision to compare against in the same run")
+    parser.add_argument("--profile", action="store_true", help="py-spy flame graph of the one-client WAV phase")
+    parser.add_argument("--quick", action="store_true", help="fewer requests per phase")
+    parser.add_argument("--skip", default="", help="comma-separated phases to skip: audio,formats,text,ingest")
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "recall-bench-corpus")
+    parser.add_argument("--out", type=Path, default=RESULTS / "query_path.json")
+    args = parser.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
+
+    from app.settings import Settings
+
+    encoders = Settings().encoders  # the service's defaults (RECALL_ENCODERS__* honoured), never hard-coded
+    result: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_before": _load()},
+        "encoders": {"audio": encoders.default_audio, "image": encoders.default_image},
+        "query": "1-second clips of synthetic speech-like audio (not in the corpus), k=10, mode two_stage",
+        "runs": {},
+    }
+    files = _query_files()
+    texts = _texts(64)
+    with tempfile.TemporaryDirectory(prefix="recall-qp-") as tmp:
+        tmp_path = Path(tmp)
+        trees = {"after": ROOT}
+        if args.baseline:
+            (tmp_path / "before").mkdir()
+            result["baseline"] = _export_tree(args.baseline, tmp_path / "before")
+            trees = {"before": tmp_path / "before", "after": ROOT}
+        result["head"] = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
+        servers = {}
+        for label, tree in trees.items():
+            data = tmp_path / f"data-{label}"
+            result["corpus"] = corpus.prepared(args.cache, encoders.default_audio, encoders.default_image,
+                                               args.windows, 0 if "text" in skip else args.images, data)
+            servers[label] = Server(tree, data, label)
+        reqs = _phase_requests(corpus.AUDIO_COLLECTION, files)
+        path = f"/v1/collections/{corpus.IMAGE_COLLECTION}/search"
+        text_reqs = [json_request(path, {"text": t, "k": 10, "rerank": True, "rerank_top": 100}) for t in texts]
+        stage1 = [json_request(path, {"text": t, "k": 10, "rerank": False}) for t in texts]
+        recording = _recording(10.0)
+        # one server at a time (two would share the cores), "before" first then "after", per phase group
+        for label, server in servers.items():
+            server.start()
+            try:
+                spy = None
+                if args.profile and label == "after":
+                    spy = _start_profile(server, args.out.with_name("query_path_profile"))
+                    run = asyncio.run(run_load(server.url, reqs["wav16k"], 1, 400, 30))
+                    _stop_profile(spy)
+                    result["profile_run"] = run
+                row = asyncio.run(_run_phases(server, reqs, text_reqs, stage1, args.quick, skip))
+                if "ingest" not in skip:
+                    row["ingest_under_search"] = asyncio.run(
+                        _ingest_under_search(server, reqs["wav16k"], recording, 600.0, encoders.default_audio))
+                row["load_after"] = _load()
+                result["runs"][label] = row
+                print(json.dumps({label: row}, indent=1), flush=True)
+            finally:
+                server.stop()
+    if "before" in result["runs"]:
+        result["ratios_before_over_after"] = _ratios(result["runs"]["before"], result["runs"]["after"])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def _ratios(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for b, a in zip(before.get("audio_wav16k", []), after.get("audio_wav16k", [])):
+        out[f"wav16k_c{a['concurrency']}"] = {"p50": b["p50_ms"] / a["p50_ms"], "p99": b["p99_ms"] / a["p99_ms"],
+                                              "qps_after_over_before": a["queries_per_s"] / b["queries_per_s"]}
+    for fmt in after.get("formats", {}):
+        b, a = before["formats"][fmt], after["formats"][fmt]
+        out[fmt] = {"p50": b["p50_ms"] / a["p50_ms"]}
+    for kind in after.get("text", {}):
+        b, a = before["text"][kind], after["text"][kind]
+        out[f"text_{kind}"] = {"p50": b["p50_ms"] / a["p50_ms"]}
+    return out
+
+
+def _start_profile(server: Server, stem: Path) -> list[subprocess.Popen]:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    common = [spy, "record", "--pid", str(server.proc.pid), "--rate", "250", "--threads", "--nonblocking"]
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    return [
+        subprocess.Popen([*common, "--format", "flamegraph", "--output", f"{stem}.svg"], stdout=subprocess.DEVNULL),
+        subprocess.Popen([*common, "--format", "raw", "--output", f"{stem}.txt"], stdout=subprocess.DEVNULL),
+    ]
+
+
+def _stop_profile(procs: list[subprocess.Popen]) -> None:
+    import signal
+
+    for p in procs:
+        p.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+    for p in procs:
+        p.wait(60)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
