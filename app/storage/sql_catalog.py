@@ -251,11 +251,15 @@ class SqlCatalog(JobRows):
         with self._lock:
             for chunk in _chunks([int(s) for s in segment_ids], 500):
                 marks = ",".join("?" * len(chunk))
-                for sid, item, start, end in self._rows(
-                    f'SELECT segment_id, item_id, start, "end" FROM segments WHERE collection = ? AND segment_id IN ({marks})',
-                    (collection, *chunk),
+                # Look up by segment id alone and check the collection here: with the collection
+                # in the WHERE clause SQLite's planner (no statistics) scans the whole collection
+                # through segments_by_seq, 25 ms at 10^5 segments, instead of k primary-key probes.
+                for sid, owner, item, start, end in self._rows(
+                    f'SELECT segment_id, collection, item_id, start, "end" FROM segments WHERE segment_id IN ({marks})',
+                    tuple(chunk),
                 ):
-                    out[int(sid)] = (item, start, end)
+                    if owner == collection:
+                        out[int(sid)] = (item, start, end)
         return out
 
     def item_segments(self, collection: str, item_id: str, dim: int, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
