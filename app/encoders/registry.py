@@ -24,6 +24,7 @@ FAMILIES: dict[str, str] = {
     "attn-hash": "app.encoders.attn_hash:load",
     "texture-mlp": "app.encoders.texture:load",
     "image-text": "app.encoders.image_text:load",
+    "routed-fusion": "app.encoders.routed_fusion:load",
 }
 
 
@@ -66,6 +67,11 @@ def _checkpoint_spec(directory: Path) -> EncoderSpec:
 
     name = config.get("name", directory.name)
     return EncoderSpec(name, config["modality"], factory, str(directory))
+
+
+def load_checkpoint_dir(directory: str | Path) -> Encoder:
+    """The encoder stored in one checkpoint directory, whatever its family (used for a fusion's branches)."""
+    return _checkpoint_spec(Path(directory)).factory()
 
 
 def discover(extra_dirs: Iterable[str | Path] = ()) -> dict[str, EncoderSpec]:

@@ -1,0 +1,151 @@
+"""``routed-fusion`` family: one embedding for speech and everyday sounds, from two specialised branches.
+
+Why this design: each trained branch is good on its own kind of audio only (the speech network
+finds the same word said by another voice, the texture model finds the same kind of sound), and a
+single network trained on both kinds, on this project's small data, loses to each specialist on
+its own ground (reports/audio/generalisation.md). So one encoder runs both branches and a small
+router, learned from labelled speech and non-speech windows, says how much each window is speech.
+The outputs are joined into ONE vector space (their direct sum), not mixed in one index:
+
+- float: ``[sqrt(p) * speech, sqrt(1 - p) * sounds]``, unit length by construction. Two speech
+  windows compare by their speech parts, two sound windows by their sound parts, and a speech
+  window against a sound window scores near 0 (cosine), far below either.
+- code: 2 x ``branch bits``. The speech half carries the speech branch's bits when the router says
+  speech (p >= 0.5) and zeros otherwise; the sound half the other way round. Two speech windows then
+  differ only in their speech halves, and a speech window against a sound window differs in about
+  half of both halves: about ``branch bits`` in all, the far end of the range.
+
+The router is a logistic regression on the texture statistics the sound branch computes anyway, so
+it costs a dot product. The speech branch runs at its own rate (8 kHz): each 16 kHz window is
+resampled with soxr, as training resampled its clips.
+
+A checkpoint directory holds ``config.json`` and ``weights.safetensors`` (the router) and one
+sub-directory per branch (``speech/``, ``sounds/``), each an ordinary checkpoint of its family.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from app.encoders.audio_nets import fit_to_window
+from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
+from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
+
+FAMILY = "routed-fusion"
+BRANCHES = ("speech", "sounds")
+ENCODE_CHUNK = 64
+
+
+class Router(torch.nn.Module):
+    """Texture statistics (B, n) -> probability that a window is speech (B,)."""
+
+    def __init__(self, n_in: int) -> None:
+        super().__init__()
+        self.n_in = n_in
+        self.register_buffer("mean", torch.zeros(n_in))
+        self.register_buffer("scale", torch.ones(n_in))
+        self.register_buffer("weight", torch.zeros(n_in))
+        self.register_buffer("bias", torch.zeros(1))
+
+    def forward(self, stats: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(((stats - self.mean) / self.scale) @ self.weight + self.bias)
+
+
+def fuse(speech: torch.Tensor, speech_code: torch.Tensor, sounds: torch.Tensor, sounds_code: torch.Tensor,
+         p_speech: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float embedding, code values) of the direct sum; code value > 0 is bit 1, filler halves are all -1."""
+    p = p_speech.clamp(0.0, 1.0)[:, None]
+    floats = torch.cat([torch.sqrt(p) * torch.nn.functional.normalize(speech, dim=1),
+                        torch.sqrt(1.0 - p) * torch.nn.functional.normalize(sounds, dim=1)], 1)
+    is_speech = p >= 0.5
+    codes = torch.cat([torch.where(is_speech, speech_code, -torch.ones_like(speech_code)),
+                       torch.where(is_speech, -torch.ones_like(sounds_code), sounds_code)], 1)
+    return floats, codes
+
+
+class RoutedFusionEncoder(Encoder):
+    modality = "audio"
+
+    def __init__(self, config: dict[str, Any], speech: Encoder, sounds: Encoder, router: Router) -> None:
+        super().__init__()
+        self.config = config
+        self.name = config["name"]
+        self.sample_rate = int(config["sample_rate"])
+        self.default_window_s = float(config["window_s"])
+        self.default_hop_s = float(config["hop_s"])
+        self.description = config.get("description", "")
+        self.speech, self.sounds, self.router = speech, sounds, router.eval()
+        self.dim = speech.dim + sounds.dim
+        self.bits = speech.bits + sounds.bits
+        self.window = int(round(self.default_window_s * self.sample_rate))
+
+    def to(self, device: str) -> "RoutedFusionEncoder":
+        self.speech.to(device)
+        self.sounds.to(device)
+        self.router.to(device)
+        self.device = device
+        return self
+
+    def _speech_waves(self, waves: np.ndarray) -> torch.Tensor:
+        """(B, window) at the service rate -> (B, speech window) at the speech branch's rate (soxr, as in training)."""
+        if self.speech.sample_rate == self.sample_rate:
+            resampled = waves
+        else:
+            import soxr
+
+            # soxr treats columns as channels: one call resamples every window of the batch
+            resampled = soxr.resample(np.ascontiguousarray(waves.T), self.sample_rate, self.speech.sample_rate).T
+        window = int(round(self.speech.default_window_s * self.speech.sample_rate))
+        return torch.stack([fit_to_window(torch.from_numpy(np.ascontiguousarray(w, np.float32)), window) for w in resampled])
+
+    def embed_batch(self, waves: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, window) float32 at the service rate -> (floats, code values, p(speech)) tensors."""
+        with torch.inference_mode():
+            stats = self.sounds.features(torch.from_numpy(waves).to(self.device))
+            sounds, sounds_code = self.sounds.net.embed(stats)
+            p = self.router(stats[:, 0])
+            speech, speech_code = self.speech.embed_tensor(self._speech_waves(waves))
+            floats, codes = fuse(speech, speech_code, sounds, sounds_code, p)
+        return floats, codes, p
+
+    def encode(self, inputs: Sequence[np.ndarray]) -> Embeddings:
+        floats, values = [], []
+        for start in range(0, len(inputs), ENCODE_CHUNK):
+            chunk = inputs[start: start + ENCODE_CHUNK]
+            waves = np.stack([fit_to_window(torch.from_numpy(np.require(w, np.float32, ["W"])), self.window).numpy()
+                              for w in chunk])
+            f, v, _ = self.embed_batch(waves)
+            floats.append(f.float().cpu().numpy())
+            values.append(v.float().cpu().numpy())
+        if not floats:
+            return Embeddings(np.zeros((0, self.dim), np.float32), np.zeros((0, self.bits // 8), np.uint8))
+        return Embeddings(floats=l2_normalise(np.concatenate(floats)), codes=sign_codes(np.concatenate(values)))
+
+
+def load(directory: Path, config: dict[str, Any]) -> RoutedFusionEncoder:
+    """Registry entry point: the branches from their sub-directories, the router from ``weights.safetensors``."""
+    from app.encoders.registry import load_checkpoint_dir
+
+    directory = Path(directory)
+    state, stored = load_checkpoint(directory)
+    config = {**stored, **config} if config else stored
+    branches = {}
+    for branch in BRANCHES:
+        sub = directory / branch
+        if not (sub / "config.json").is_file():
+            raise CheckpointError(f"{directory}: the {branch!r} branch checkpoint ({sub}) is missing")
+        branches[branch] = load_checkpoint_dir(sub)
+        if branches[branch].modality != "audio":
+            raise CheckpointError(f"{sub}: the {branch} branch must be an audio encoder")
+    sounds = branches["sounds"]
+    if sounds.sample_rate != int(config["sample_rate"]) or not hasattr(sounds, "features"):
+        raise CheckpointError(f"{directory}: the sounds branch must run at the service rate ({config['sample_rate']} Hz)")
+    router = Router(int(state["mean"].numel()))
+    load_state_strict(router, state, str(directory))
+    if router.n_in != getattr(sounds.net, "n_in", None):
+        raise CheckpointError(f"{directory}: the router reads {router.n_in} statistics, the sounds branch gives {sounds.net.n_in}")
+    return RoutedFusionEncoder(config, branches["speech"], sounds, router)

@@ -1,0 +1,203 @@
+"""`recall train general-audio`: the default audio encoder, from the data folder to the checkpoint, in one command.
+
+    recall train general-audio --data ../shared/data --out app/assets/models/general-audio
+
+Steps (each skipped when its output already exists in ``--work``, so a stopped run resumes):
+
+1. espeak-ng says made-up words in 30 languages (app/training/synth_pseudowords.py) and 184 English
+   everyday words (app/training/synth_speech.py), in many voices, at 8 kHz;
+2. the speech branch (attn-hash, paper 004's network) trains on Arabic Speech Commands (held-out
+   speakers and held-out keywords removed), FSDD (held-out speakers removed) and the synthetic words;
+3. the sounds branch (texture-mlp) fits on the ESC-50 classes not held out, on 1 s windows;
+4. the router (app/training/router_fit.py) is fitted on windows of the training speech against
+   the training sounds and generated non-speech;
+5. the three are written as one ``routed-fusion`` checkpoint (app/encoders/routed_fusion.py).
+
+What is held out (constants below) is what bench/audio_generalisation.py scores on. ``--without
+asc|fsdd|esc`` trains the same recipe without one corpus, for the leave-one-corpus-out evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# held out of every training step, scored by bench/audio_generalisation.py
+ASC_HOLDOUT_SPEAKERS = ("00000001", "00000005", "00000006", "00000009", "00000011")
+ASC_HOLDOUT_WORDS = ("backward", "disable", "five", "next", "open", "right", "start", "up")
+FSDD_HOLDOUT_SPEAKERS = ("jackson", "nicolas")
+ESC_HOLDOUT_CLASSES = ("chirping_birds", "clapping", "dog", "engine", "hen", "keyboard_typing", "rain", "siren")
+CORPORA = ("asc", "fsdd", "esc")
+
+SPEECH_RATE = 8000
+SERVICE_RATE = 16000
+WINDOW_S, HOP_S = 1.0, 0.5
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _write_manifest(path: Path, rows: list[tuple[str, str, str]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["path", "label", "speaker"])
+        writer.writerows(rows)
+    return path
+
+
+def training_manifests(data: Path, work: Path, without: str | None) -> dict[str, Path]:
+    """Manifests of the training portion of each corpus (held-out speakers, words and classes removed)."""
+    out = {}
+    if without != "asc":
+        asc = [(str(data / "asc" / r["file"]), r["keyword"], r["speaker"]) for r in _rows(data / "asc" / "asc.csv")
+               if r["keyword"] not in ASC_HOLDOUT_WORDS and r["speaker"] not in ASC_HOLDOUT_SPEAKERS]
+        out["asc"] = _write_manifest(work / "asc-train.csv", asc)
+    if without != "fsdd":
+        fsdd = [(str(data / "fsdd" / r["file"]), "digit:" + r["digit"], "fsdd:" + r["speaker"])
+                for r in _rows(data / "fsdd" / "fsdd.csv") if r["speaker"] not in FSDD_HOLDOUT_SPEAKERS]
+        out["fsdd"] = _write_manifest(work / "fsdd-train.csv", fsdd)
+    if without != "esc":
+        esc = [(str(data / "esc50" / r["filename"]), r["category"], "") for r in _rows(data / "esc50" / "esc50.csv")
+               if r["category"] not in ESC_HOLDOUT_CLASSES]
+        out["esc"] = _write_manifest(work / "esc-train.csv", esc)
+    return out
+
+
+def synthesise(work: Path, seed: int) -> dict[str, Path]:
+    from app.training.synth_pseudowords import synthesise_pseudowords
+    from app.training.synth_speech import DEFAULT_WORDS, synthesise_words
+
+    pseudo, english = work / "pseudo" / "manifest.csv", work / "synth-en" / "manifest.csv"
+    if not pseudo.is_file():
+        synthesise_pseudowords(pseudo.parent, words_per_language=40, voices=6, sample_rate=SPEECH_RATE, seed=seed)
+    if not english.is_file():
+        synthesise_words(list(DEFAULT_WORDS), 12, SPEECH_RATE, english.parent, seed=seed)
+    return {"pseudo": pseudo, "synth-en": english}
+
+
+def train_speech(manifests: dict[str, Path], synth: dict[str, Path], out: Path, args: argparse.Namespace) -> None:
+    from app.training.audio_cli import main as audio_main
+
+    speech = [manifests[k] for k in ("asc", "fsdd") if k in manifests] + list(synth.values())
+    main, extra = speech[0], speech[1:]  # held-out speakers and words are already out of these manifests
+    argv = ["--manifest", str(main), "--model", "attn-hash", "--bits", "256", "--sample-rate", str(SPEECH_RATE),
+            "--window", str(WINDOW_S), "--hop", str(HOP_S), "--hidden", "96", "--val-groups", "1",
+            "--epochs", str(args.speech_epochs), "--steps", str(args.speech_steps), "--patience", "6",
+            "--lr-patience", "3", "--spec-augment", "--seed", str(args.seed), "--device", args.device,
+            "--name", "speech", "--out", str(out)]
+    for path in extra:
+        argv += ["--extra-manifest", str(path)]
+    if audio_main(argv) != 0:
+        raise SystemExit("speech branch training failed")
+
+
+def train_sounds(manifests: dict[str, Path], synth: dict[str, Path], out: Path, args: argparse.Namespace) -> None:
+    from app.training.audio_cli import main as audio_main
+
+    # without ESC-50 the texture head learns from spoken words instead: the only labelled audio left
+    source = manifests.get("esc") or synth["synth-en"]
+    argv = ["--manifest", str(source), "--model", "texture-mlp", "--bits", "256", "--sample-rate", str(SERVICE_RATE),
+            "--window", str(WINDOW_S), "--hop", str(HOP_S), "--steps", "200", "--batch-size", "128", "--pcen",
+            "--cv-folds", "0", "--seed", str(args.seed), "--name", "sounds", "--out", str(out)]
+    if audio_main(argv) != 0:
+        raise SystemExit("sounds branch training failed")
+
+
+def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, per_source: int = 600):
+    """(speech windows, non-speech windows) at the service rate, a seeded sample of each source."""
+    from app.training.audio_data import load_waves, read_manifest
+    from app.training.router_fit import clip_windows, generated_non_speech, with_noise
+
+    rng = np.random.default_rng(seed)
+
+    def sample(path: Path) -> list[np.ndarray]:
+        records = read_manifest(path)
+        chosen = sorted(rng.choice(len(records), size=min(per_source, len(records)), replace=False))
+        return load_waves([records[i] for i in chosen], SERVICE_RATE, cache_dir="/tmp/recall-audio-cache")
+
+    speech = [w for key in ("asc", "fsdd") if key in manifests for w in sample(manifests[key])]
+    speech += [w for path in synth.values() for w in sample(path)]
+    speech_windows = clip_windows(speech, SERVICE_RATE, WINDOW_S, HOP_S)
+    speech_windows += with_noise(speech_windows[::2], seed)
+    others = sample(manifests["esc"]) if "esc" in manifests else []
+    other_windows = clip_windows(others, SERVICE_RATE, WINDOW_S, HOP_S)
+    other_windows += generated_non_speech(max(200, len(other_windows) // 2), int(WINDOW_S * SERVICE_RATE), SERVICE_RATE, seed)
+    return speech_windows, other_windows
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.encoders.registry import load_checkpoint_dir
+    from app.training.router_fit import assemble, fit_router, texture_statistics
+
+    started = time.time()
+    data, work = Path(args.data).resolve(), Path(args.work)  # manifests hold absolute paths
+    manifests = training_manifests(data, work, args.without)
+    synth = synthesise(work, args.seed)
+    speech_dir, sounds_dir = work / "speech", work / "sounds"
+    if not (speech_dir / "weights.safetensors").is_file() or args.retrain:
+        train_speech(manifests, synth, speech_dir, args)
+    if not (sounds_dir / "weights.safetensors").is_file() or args.retrain:
+        train_sounds(manifests, synth, sounds_dir, args)
+    sounds = load_checkpoint_dir(sounds_dir)
+    speech_windows, other_windows = router_data(manifests, synth, args.seed)
+    router, accuracy = fit_router(texture_statistics(sounds.features, speech_windows),
+                                  texture_statistics(sounds.features, other_windows))
+    name = args.name or Path(args.out).name
+    own = getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:]
+    command = "recall train general-audio " + shlex.join(own)
+    config: dict[str, Any] = {
+        "name": name, "modality": "audio", "sample_rate": SERVICE_RATE, "window_s": WINDOW_S, "hop_s": HOP_S,
+        "version": args.version,
+        "description": args.description or (
+            "the default for audio: speech in any language and everyday sounds; a speech network (paper 004) and a "
+            "sound-texture model joined by a learned speech/non-speech router into one 512-bit code"),
+        "holdout": {"asc_speakers": list(ASC_HOLDOUT_SPEAKERS), "asc_words": list(ASC_HOLDOUT_WORDS),
+                    "fsdd_speakers": list(FSDD_HOLDOUT_SPEAKERS), "esc_classes": list(ESC_HOLDOUT_CLASSES)},
+        "without": args.without,
+        "reproduce": {"train": command, "note": "CPU; the speech branch takes most of the time"},
+    }
+    metrics = {"router_accuracy": accuracy, "router_windows": {"speech": len(speech_windows), "other": len(other_windows)},
+               "seconds": round(time.time() - started, 1)}
+    assemble(args.out, speech_dir, sounds_dir, router, config, metrics)
+    print(f"router accuracy speech {accuracy['speech']:.3f}, non-speech {accuracy['non_speech']:.3f} -> {args.out}")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("general-audio", help="train the default audio encoder (speech + sounds, routed fusion)")
+    p.add_argument("--data", required=True, help="folder with asc/, fsdd/ and esc50/ (../shared/data)")
+    p.add_argument("--out", required=True, help="checkpoint directory to write")
+    p.add_argument("--work", default=".gl/general-audio", help="intermediate files: synthetic speech, branches")
+    p.add_argument("--name", help="encoder name (default: the out folder's name)")
+    p.add_argument("--version", default="1", help="checkpoint version recorded by each collection that uses it")
+    p.add_argument("--without", choices=CORPORA, help="leave one corpus out of every step (evaluation runs)")
+    p.add_argument("--speech-epochs", type=int, default=30)
+    p.add_argument("--speech-steps", type=int, default=100)
+    p.add_argument("--retrain", action="store_true", help="train the branches again even if --work has them")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--description", default="")
+    p.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.training.general_audio")
+    add_parser(parser.add_subparsers(dest="what", required=True))
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(["general-audio", *argv])
+    args.argv = argv
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
