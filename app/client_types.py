@@ -47,6 +47,7 @@ class Collection(TypedDict):
     name: str
     modality: Literal["audio", "image"]
     encoder: str
+    encoder_version: str | None
     index_kinds: list[str]
     dim: int
     bits: int

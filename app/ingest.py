@@ -86,7 +86,7 @@ async def prepare(services: Services, state: CollectionState, upload: Upload) ->
     """Decode, window and encode one file; store its original when the collection keeps media."""
     collection = state.collection
     item_id = check_item_id(upload.item_id)
-    encoder = await services.encoders.load(collection.encoder)
+    encoder = await services.encoders.load(collection.encoder_key)
     media = await decode_media(services, collection.modality, upload, sample_rate=encoder.sample_rate, query=False)
     duration = width = height = None
     if collection.modality == "audio":
@@ -96,7 +96,7 @@ async def prepare(services: Services, state: CollectionState, upload: Upload) ->
     else:
         windows, times = [media], np.zeros((1, 2))
         height, width = media.shape[:2]
-    embeddings = await services.encoders.encode(collection.encoder, windows)
+    embeddings = await services.encoders.encode(collection.encoder_key, windows)
     media_path = None
     if collection.keep_media:
         media_path = await asyncio.to_thread(services.media.write, collection.name, upload.data, PurePath(upload.filename).suffix)

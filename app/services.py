@@ -82,7 +82,7 @@ class Services:
         await asyncio.to_thread(warm_up_hamming_kernels)
         wanted = {self.settings.encoders.default_audio, self.settings.encoders.default_image, *self.settings.encoders.preload}
         for collection in self.catalog.list_collections():
-            wanted.add(collection.encoder)
+            wanted.add(collection.encoder_key)
             self.collections[collection.name] = await asyncio.to_thread(self._open_collection, collection)
         problems = []
         for name in sorted(wanted):
@@ -170,7 +170,7 @@ class Services:
             name=name, modality=modality, encoder=encoder.name, index_kinds=kinds, dim=encoder.dim, bits=encoder.bits,
             window_s=window_s, hop_s=hop_s,
             keep_media=self.settings.keep_media if request.get("keep_media") is None else bool(request["keep_media"]),
-            description=request.get("description") or "", created_at=time.time(),
+            description=request.get("description") or "", created_at=time.time(), encoder_version=encoder.version,
         )
         self.catalog.create_collection(collection)
         self.collections[name] = await asyncio.to_thread(self._open_collection, collection)
@@ -193,7 +193,7 @@ class Services:
         c = state.collection
         items, segments = self.catalog.counts(name)
         return {
-            "name": c.name, "modality": c.modality, "encoder": c.encoder, "index_kinds": list(c.index_kinds),
+            "name": c.name, "modality": c.modality, "encoder": c.encoder, "encoder_version": c.encoder_version, "index_kinds": list(c.index_kinds),
             "dim": c.dim, "bits": c.bits, "window_s": c.window_s, "hop_s": c.hop_s, "keep_media": c.keep_media,
             "description": c.description, "created_at": c.created_at,
             "items": items, "segments": segments, "indexed_segments": len(state.index),

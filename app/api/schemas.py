@@ -26,6 +26,7 @@ class CollectionPublic(BaseModel):
     name: str
     modality: str
     encoder: str
+    encoder_version: str | None = Field(None, description="Checkpoint version the collection was embedded with; it keeps using that checkpoint (null: created before versions were recorded)")
     index_kinds: list[str]
     dim: int
     bits: int

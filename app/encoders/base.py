@@ -90,6 +90,7 @@ class Encoder(ABC):
     supports_text: bool = False  # image encoders that can embed a sentence into the image space
     supports_rerank: bool = False  # has a relevance head for stage-2 re-ranking
     description: str = ""
+    version: str = "builtin"  # set by the registry: the checkpoint version collections record
 
     def __init__(self) -> None:
         self.device = "cpu"
@@ -124,5 +125,6 @@ class Encoder(ABC):
             "supports_text": self.supports_text,
             "supports_rerank": self.supports_rerank,
             "description": self.description,
+            "version": self.version,
             "device": self.device,
         }

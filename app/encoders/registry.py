@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 
 from app.encoders.base import Encoder
 from app.encoders.checkpoint import CheckpointError, read_config
+from app.storage.records import versioned_name
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 
@@ -36,6 +37,24 @@ class EncoderSpec:
     modality: str
     factory: Callable[[], Encoder]
     source: str
+    version: str = "builtin"  # a checkpoint's config "version", else a digest of its weights
+
+
+def checkpoint_version(directory: Path, config: dict) -> str:
+    """The version a collection records: the config's ``version`` or the first 12 hex digits of the weights' SHA-256.
+
+    A digest by default means a checkpoint retrained in place is a new version even if nobody
+    bumped a number, so its codes are never mixed with the old ones.
+    """
+    if config.get("version") is not None:
+        return str(config["version"])
+    import hashlib
+
+    digest = hashlib.sha256()
+    with (directory / "weights.safetensors").open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:12]
 
 
 class UnknownEncoder(KeyError):
@@ -66,7 +85,7 @@ def _checkpoint_spec(directory: Path) -> EncoderSpec:
         return loader(directory, config)
 
     name = config.get("name", directory.name)
-    return EncoderSpec(name, config["modality"], factory, str(directory))
+    return EncoderSpec(name, config["modality"], factory, str(directory), checkpoint_version(directory, config))
 
 
 def load_checkpoint_dir(directory: str | Path) -> Encoder:
@@ -75,8 +94,12 @@ def load_checkpoint_dir(directory: str | Path) -> Encoder:
 
 
 def discover(extra_dirs: Iterable[str | Path] = ()) -> dict[str, EncoderSpec]:
-    """All encoders: baselines, default checkpoints, then user directories (later ones win)."""
-    specs = {spec.name: spec for spec in _baselines()}
+    """All encoders: baselines, default checkpoints, then user directories (later ones win).
+
+    Each checkpoint is also listed as ``name@version``, the key a collection built with it uses,
+    so a collection keeps its checkpoint while a newer one of the same name is the default.
+    """
+    specs = {key: spec for spec in _baselines() for key in (spec.name, versioned_name(spec.name, spec.version))}
     roots = [ASSETS, *map(Path, extra_dirs)]
     for root in roots:
         if not root.is_dir():
@@ -86,11 +109,18 @@ def discover(extra_dirs: Iterable[str | Path] = ()) -> dict[str, EncoderSpec]:
             if (directory / "config.json").is_file():
                 spec = _checkpoint_spec(directory)
                 specs[spec.name] = spec
+                specs[versioned_name(spec.name, spec.version)] = spec
     return specs
+
+
+def is_versioned(key: str) -> bool:
+    return "@" in key
 
 
 def create_encoder(name: str, specs: dict[str, EncoderSpec], device: str = "cpu") -> Encoder:
     """Build the named encoder on ``device``; unknown names list what is available."""
     if name not in specs:
-        raise UnknownEncoder(f"unknown encoder {name!r}; available: {sorted(specs)}")
-    return specs[name].factory().to(device)
+        raise UnknownEncoder(f"unknown encoder {name!r}; available: {sorted(k for k in specs if not is_versioned(k))}")
+    encoder = specs[name].factory().to(device)
+    encoder.version = specs[name].version
+    return encoder

@@ -134,6 +134,9 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "collections, items, segments, tombstones, writes", _BASE),
     Migration(2, "segment shard keys; ingest jobs and their files in the catalog", _JOBS, _backfill_shard_keys),
+    # NULL for collections created before: they keep resolving the encoder by name
+    Migration(3, "collections record the checkpoint version of their encoder",
+              "ALTER TABLE collections ADD COLUMN encoder_version TEXT"),
 )
 
 LATEST = MIGRATIONS[-1].version

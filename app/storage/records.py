@@ -23,6 +23,22 @@ class Collection:
     keep_media: bool
     description: str
     created_at: float
+    # the checkpoint version that embedded this collection (None: created before versions were recorded)
+    encoder_version: str | None = None
+
+    @property
+    def encoder_key(self) -> str:
+        """The registry key of the exact checkpoint this collection's codes came from.
+
+        Every encode for the collection goes through this key, so a collection keeps answering
+        with the checkpoint that built it after the default checkpoint of that name changes, and
+        codes of two checkpoints never meet in one index.
+        """
+        return versioned_name(self.encoder, self.encoder_version) if self.encoder_version else self.encoder
+
+
+def versioned_name(encoder: str, version: str) -> str:
+    return f"{encoder}@{version}"
 
 
 @dataclass

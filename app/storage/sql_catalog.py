@@ -104,9 +104,9 @@ class SqlCatalog(JobRows):
                 with self._transaction():
                     self._execute(
                         "INSERT INTO collections (name, modality, encoder, index_kinds, dim, bits, window_s, hop_s,"
-                        " keep_media, description, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        " keep_media, description, created_at, encoder_version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                         (c.name, c.modality, c.encoder, json.dumps(list(c.index_kinds)), c.dim, c.bits,
-                         c.window_s, c.hop_s, int(c.keep_media), c.description, c.created_at),
+                         c.window_s, c.hop_s, int(c.keep_media), c.description, c.created_at, c.encoder_version),
                     )
             except self._duplicate_errors() as exc:
                 raise Conflict(f"collection {c.name!r} already exists") from exc
@@ -346,7 +346,7 @@ def _collection(row: Any) -> Collection:
         name=row["name"], modality=row["modality"], encoder=row["encoder"],
         index_kinds=tuple(json.loads(row["index_kinds"])), dim=row["dim"], bits=row["bits"],
         window_s=row["window_s"], hop_s=row["hop_s"], keep_media=bool(row["keep_media"]),
-        description=row["description"], created_at=row["created_at"],
+        description=row["description"], created_at=row["created_at"], encoder_version=row["encoder_version"],
     )
 
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Response
 from app.api.deps import ServicesDep
 from app.api.schemas import CollectionCreate, CollectionPublic, CollectionsPublic
 from app.encoders.checkpoint import read_config
+from app.encoders.registry import is_versioned
 
 router = APIRouter(tags=["collections"])
 
@@ -18,7 +19,10 @@ def list_encoders(services: ServicesDep) -> dict:
     """Every available encoder; loaded ones include their dims, bits and sample rate."""
     data = []
     for name, spec in sorted(services.encoders.specs.items()):
-        row = {"name": name, "modality": spec.modality, "source": spec.source, "loaded": name in services.encoders.encoders}
+        if is_versioned(name):  # name@version keys serve collections built with older checkpoints
+            continue
+        row = {"name": name, "modality": spec.modality, "source": spec.source, "version": spec.version,
+               "loaded": name in services.encoders.encoders}
         if row["loaded"]:
             row.update(services.encoders.encoders[name].describe())
         else:  # what it is for, without loading it: the page shows this when creating a collection
