@@ -23,11 +23,22 @@ from app.media.audio import decode_audio, uses_fast_path
 from app.search.pipeline import Query, SearchOptions, search, to_results
 from app.search.ranking import ItemHit
 from app.services import CollectionState, Services
+from app.worker.batcher import Announcement
 
 
-async def build_query(services: Services, state: CollectionState, params: SearchRequest, upload: Upload | None, timings: dict[str, float]) -> Query:
-    """Vectors for the one query source given: an example file, a stored item, or a text."""
+async def build_query(
+    services: Services, state: CollectionState, params: SearchRequest, upload: Upload | None, timings: dict[str, float],
+    announcement: Announcement | None = None,
+) -> Query:
+    """Vectors for the one query source given: an example file, a stored item, or a text.
+
+    ``announcement``: the route's promise to the encoder's batcher that this request will
+    submit (made before the body was read); it is ended right before the submit, or at once
+    when the query turns out to need no example encoding.
+    """
     collection = state.collection
+    if upload is None and announcement is not None:
+        announcement.done()
     sources = [s for s in (upload is not None, params.item_id is not None, params.text is not None) if s]
     if len(sources) != 1:
         raise InvalidInput("give exactly one query: a 'file' part (or content_base64), an 'item_id', or a 'text'")
@@ -47,10 +58,14 @@ async def build_query(services: Services, state: CollectionState, params: Search
     assert upload is not None
     encoder = await services.encoders.load(collection.encoder)
     t = time.perf_counter()
-    # leave the block before encode() submits: the batcher then waits for other queries still
-    # decoding, never for this one (the submit follows with no await in between)
-    with services.encoders.expecting(encoder):
+    announcement = announcement or services.encoders.expecting(collection.encoder)
+    try:
         media = await _decode_query(services, collection.modality, upload, encoder.sample_rate)
+    finally:
+        # ended before encode() submits, with no await in between: the batcher waits for other
+        # queries still on their way, never for this one
+        if announcement is not None:
+            announcement.done()
     timings["decode_ms"] = (time.perf_counter() - t) * 1000
     if collection.modality == "audio":
         assert encoder.sample_rate and collection.window_s and collection.hop_s
@@ -77,13 +92,15 @@ async def _decode_query(services: Services, modality: str, upload: Upload, sampl
     return await decode_media(services, modality, upload, sample_rate=sample_rate, query=True)
 
 
-async def run_search(services: Services, name: str, params: SearchRequest, upload: Upload | None) -> dict[str, Any]:
+async def run_search(
+    services: Services, name: str, params: SearchRequest, upload: Upload | None, announcement: Announcement | None = None,
+) -> dict[str, Any]:
     started = time.perf_counter()
     state = services.state(name)
     if params.k > services.settings.limits.max_k:
         raise InvalidInput(f"k must be between 1 and {services.settings.limits.max_k}, got {params.k}")
     timings: dict[str, float] = {}
-    query = await build_query(services, state, params, upload, timings)
+    query = await build_query(services, state, params, upload, timings, announcement)
     rerank = params.text is not None and params.rerank and (await services.encoders.load(state.collection.encoder)).supports_rerank
     options = SearchOptions(
         k=max(params.k, params.rerank_top) if rerank else params.k,

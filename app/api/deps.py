@@ -12,7 +12,9 @@ from app.jobs import JobRunner
 from app.services import Services
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
+    # async (like the two below) although nothing is awaited: a plain def dependency costs a
+    # round trip through the thread pool on every request
     services = getattr(request.state, "services", None)
     if services is None or not services.loaded:
         reasons = services.not_ready if services is not None else ["starting"]
@@ -20,7 +22,7 @@ def get_services(request: Request) -> Services:
     return services
 
 
-def get_jobs(request: Request) -> JobRunner:
+async def get_jobs(request: Request) -> JobRunner:
     return request.state.jobs
 
 
@@ -28,7 +30,7 @@ ServicesDep = Annotated[Services, Depends(get_services)]
 JobsDep = Annotated[JobRunner, Depends(get_jobs)]
 
 
-def require_api_key(request: Request) -> None:
+async def require_api_key(request: Request) -> None:
     """When keys are configured, accept `Authorization: Bearer K` or `X-API-Key: K`."""
     keys = request.state.services.settings.api_keys
     if not keys:

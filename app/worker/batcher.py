@@ -22,9 +22,8 @@ import asyncio
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from app.errors import Overloaded, Unhealthy
 from app.worker.tasks import cancel_and_wait
@@ -41,6 +40,28 @@ class _Group(Generic[In]):
     outputs: list[Any] = field(default_factory=list)
     taken: int = 0  # inputs already handed to a batch
     patient: bool = True  # may the batch wait max_wait_s for company for this group's sake
+
+
+class Announcement:
+    """An open promise of a submit to come (see :meth:`DynamicBatcher.expecting`); ``done()``
+    is idempotent, and leaving a ``with`` block calls it."""
+
+    def __init__(self, batcher: "DynamicBatcher[Any, Any]") -> None:
+        self._batcher: DynamicBatcher[Any, Any] | None = batcher
+        batcher._expected += 1
+
+    def done(self) -> None:
+        batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            batcher._expected -= 1
+            if batcher._wakeup is not None:
+                batcher._wakeup.set()  # a batch waiting for this request need not wait any more
+
+    def __enter__(self) -> "Announcement":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done()
 
 
 @dataclass
@@ -120,22 +141,16 @@ class DynamicBatcher(Generic[In, Out]):
 
     # --- submitting -----------------------------------------------------------------------
 
-    @contextmanager
-    def expecting(self) -> Iterator[None]:
-        """Announce that this request will submit soon (e.g. while its upload is decoded).
+    def expecting(self) -> "Announcement":
+        """Announce that this request will submit soon (e.g. while its upload is read and decoded).
 
         While announcements are open, a batch holding only impatient groups waits (at most
         ``max_wait_s``) for them instead of leaving at once: concurrent queries share a model
         call, and a lone query, which announces nothing beyond its own submit, never waits.
-        Submit *after* leaving the block, or the batch would wait for the submit itself.
+        End the announcement (``done()``, or leave the ``with`` block) right *before* submitting,
+        with no ``await`` in between, or the batch would wait for the submit itself.
         """
-        self._expected += 1
-        try:
-            yield
-        finally:
-            self._expected -= 1
-            if self._wakeup is not None:
-                self._wakeup.set()
+        return Announcement(self)
 
     async def submit(self, item: In, *, patient: bool = True) -> Out:
         """Process one input; returns its output."""

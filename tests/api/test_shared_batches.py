@@ -8,6 +8,7 @@ import numpy as np
 from asgi_lifespan import LifespanManager
 
 from app.main import create_app
+from app.search import pipeline
 from tests.conftest import make_settings, tone_wav
 
 
@@ -21,7 +22,9 @@ async def running_app(settings):
             yield client, manager._state["services"]
 
 
-def test_concurrent_queries_share_encoder_batches(tmp_path):
+def test_concurrent_queries_share_encoder_batches(tmp_path, monkeypatch):
+    # a tiny index is normally scanned on the ranking thread; make it take the shared scan
+    monkeypatch.setattr(pipeline, "INLINE_SCAN_BYTES", -1)
     settings = make_settings(tmp_path, batching={"max_batch_size": 16, "max_wait_ms": 50})
 
     async def main():
@@ -74,5 +77,23 @@ def test_a_full_encoder_queue_answers_429_and_changes_nothing(tmp_path):
             assert all(r.json()["error"]["code"] == "overloaded" for r in refused)
             stats = (await client.get("/v1/collections/a")).json()
             assert stats["items"] == codes.count(200) == stats["indexed_segments"]
+
+    asyncio.run(main())
+
+
+def test_a_small_index_is_scanned_without_the_shared_scanner(tmp_path):
+    """Below INLINE_SCAN_BYTES the scan runs on the ranking thread: same answers, no hand-off."""
+    settings = make_settings(tmp_path)
+
+    async def main():
+        async with running_app(settings) as (client, services):
+            files = [("files", (f"t{i}.wav", tone_wav(200 + 300 * i))) for i in range(4)]
+            await client.post("/v1/collections/a/items", files=files)
+            for mode in ("binary", "float", "two_stage"):
+                r = await client.post("/v1/collections/a/search", files={"file": ("q.wav", tone_wav(500))},
+                                      data={"k": "2", "mode": mode})
+                assert r.status_code == 200 and r.json()["results"][0]["id"] == "t1.wav", r.text
+            scans = services.collections["a"].scans
+            assert scans.binary._batcher.stats.inputs == 0 and scans.float._batcher.stats.inputs == 0
 
     asyncio.run(main())

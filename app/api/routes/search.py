@@ -20,21 +20,29 @@ _FORM_FIELDS = set(SearchRequest.model_fields) - {"content_base64"}
 @router.post("/collections/{name}/search", response_model=SearchResponse, response_model_exclude_none=True)
 async def search_collection(name: str, request: Request, services: ServicesDep) -> dict:
     """Multipart with a `file` part and form fields, or JSON with `item_id` / `text` / `content_base64`."""
-    services.state(name)
+    state = services.state(name)
     kind = content_type(request)
     upload = None
-    if kind == "application/json":
-        params = parse_model(SearchRequest, await read_json(request), "search request")
-        if params.content_base64 is not None:
-            upload = Upload("query", decode_base64(params.content_base64, "search request"))
-    elif kind == "multipart/form-data":
-        form = await read_form(request)
-        params = parse_model(SearchRequest, form_fields(form, _FORM_FIELDS), "search request")
-        parts = [f for f in form.getlist("file") if isinstance(f, UploadFile)]
-        if len(parts) > 1:
-            raise BadRequest("send one 'file' part per search")
-        if parts:
-            upload = Upload(parts[0].filename or "query", await parts[0].read())
-    else:
-        raise BadRequest("send multipart/form-data with a 'file' part, or application/json with 'item_id' or 'text'")
-    return await run_search(services, name, params, upload)
+    # A multipart query carries an example to encode: tell the encoder's batcher before the body
+    # is even read, so a batch forming meanwhile waits for it (bounded by max_wait_ms) instead
+    # of leaving with one query. Ended before this query's own submit, or below on any error.
+    announcement = services.encoders.expecting(state.collection.encoder) if kind == "multipart/form-data" else None
+    try:
+        if kind == "application/json":
+            params = parse_model(SearchRequest, await read_json(request), "search request")
+            if params.content_base64 is not None:
+                upload = Upload("query", decode_base64(params.content_base64, "search request"))
+        elif kind == "multipart/form-data":
+            form = await read_form(request)
+            params = parse_model(SearchRequest, form_fields(form, _FORM_FIELDS), "search request")
+            parts = [f for f in form.getlist("file") if isinstance(f, UploadFile)]
+            if len(parts) > 1:
+                raise BadRequest("send one 'file' part per search")
+            if parts:
+                upload = Upload(parts[0].filename or "query", await parts[0].read())
+        else:
+            raise BadRequest("send multipart/form-data with a 'file' part, or application/json with 'item_id' or 'text'")
+        return await run_search(services, name, params, upload, announcement)
+    finally:
+        if announcement is not None:
+            announcement.done()
