@@ -15,6 +15,7 @@ import sys
 _FEATURE_COMMANDS = {
     "train": "app.training.cli",
     "eval": "app.eval.cli",
+    "reembed": "app.reembed",
 }
 _CORE_COMMANDS = "app.cli_core"
 

@@ -9,6 +9,7 @@ codes from two checkpoints never meet in one index.
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,9 @@ from fastapi.testclient import TestClient
 
 from app.encoders.checkpoint import save_checkpoint
 from app.encoders.registry import discover
+from app.client import RecallClient
 from app.main import create_app
+from app.reembed import reembed
 from app.training.audio_train import TrainConfig, build_model, model_config
 from tests.conftest import make_settings
 
@@ -50,7 +53,9 @@ def _settings(tmp_path: Path, overrides: dict, *dirs: Path):
 
 def _ingest(client: TestClient, collection: str, seeds: range) -> None:
     files = [("files", (f"c{s}.wav", _wav(s), "audio/wav")) for s in seeds]
-    response = client.post(f"/v1/collections/{collection}/items", files=files, data={"ids": ",".join(f"c{s}" for s in seeds)})
+    metadata = json.dumps([{"take": s} for s in seeds])
+    response = client.post(f"/v1/collections/{collection}/items", files=files,
+                           data={"ids": ",".join(f"c{s}" for s in seeds), "metadata": metadata})
     assert response.status_code in (200, 201), response.text
 
 
@@ -91,6 +96,16 @@ def test_collection_keeps_its_checkpoint_after_the_default_changes(tmp_path: Pat
         assert client.get("/v1/collections/new").json()["encoder_version"] == "2"
         encoders = {row["name"] for row in client.get("/v1/encoders").json()["data"]}
         assert NAME in encoders and not any("@" in name for name in encoders)
+        # the explicit upgrade: copy the old collection into one embedded by v2, from the stored originals
+        recall = RecallClient("http://testserver")
+        recall.http = client  # the TestClient is an httpx.Client bound to this app
+        report = reembed(recall, "old", "old-v2")
+        assert report == {"source": "old", "target": "old-v2", "copied": 8, "already_there": 0, "without_media": []}
+        assert reembed(recall, "old", "old-v2")["already_there"] == 8  # a second run resumes, copies nothing
+        upgraded = client.get("/v1/collections/old-v2").json()
+        assert upgraded["encoder_version"] == "2" and upgraded["items"] == 8 and upgraded["window_s"] == info["window_s"]
+        assert [hit for hit in _search(client, "old-v2", 3) if hit[0] == "c3"] == [("c3", 0.0)]
+        assert client.get("/v1/collections/old-v2/items/c2").json()["metadata"] == client.get("/v1/collections/old/items/c2").json()["metadata"]
 
     # v1 gone: a clear 409 naming the version and what to do; the collection's items are untouched
     with TestClient(create_app(_settings(tmp_path, backend_overrides, v2))) as client:
@@ -101,3 +116,4 @@ def test_collection_keeps_its_checkpoint_after_the_default_changes(tmp_path: Pat
         response = client.post("/v1/collections/old/items", files=[("files", ("x.wav", _wav(9), "audio/wav"))])
         assert response.status_code == 409
         assert client.get("/v1/collections/old").json()["items"] == 8
+        assert _search(client, "old-v2", 3)[0] == ("c3", 0.0)  # the re-embedded copy answers

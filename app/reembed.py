@@ -1,0 +1,79 @@
+"""`recall reembed SOURCE TARGET`: copy a collection into a new one embedded by today's default checkpoint.
+
+A collection keeps the checkpoint version that built it (``encoder_version``), so upgrading the
+service never mixes codes of two checkpoints in one index. To move a collection to a newer
+checkpoint, this command creates ``TARGET`` with the same modality, window, hop and index kinds
+(and the encoder named by ``--encoder``, else the service's default), then re-ingests every item
+of ``SOURCE`` from its stored original, with the same id and metadata. It talks to a running
+service over HTTP, so the service keeps answering from ``SOURCE`` meanwhile; delete ``SOURCE``
+when ``TARGET`` is complete. Re-running it resumes: items already in ``TARGET`` are skipped.
+Items stored without their media (``keep_media: false``) cannot be re-embedded and are listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from app import errors
+
+COPIED_OPTIONS = ("window_s", "hop_s", "index_kinds", "description")
+
+
+def reembed(client: Any, source: str, target: str, encoder: str | None = None, page_size: int = 100) -> dict[str, Any]:
+    """Copy ``source`` into ``target``; returns counts and the ids that had no stored media."""
+    info = client.get_collection(source)
+    options = {key: info[key] for key in COPIED_OPTIONS if info.get(key) is not None}
+    options["keep_media"] = True
+    if encoder:
+        options["encoder"] = encoder
+    try:
+        client.create_collection(target, info["modality"], **options)
+        present: set[str] = set()
+    except errors.Conflict:  # resuming: keep what an earlier run copied
+        present = {item["id"] for item in _all_items(client, target, page_size)}
+    copied, skipped, without_media = 0, 0, []
+    for item in _all_items(client, source, page_size):
+        if item["id"] in present:
+            skipped += 1
+        elif not item["has_media"]:
+            without_media.append(item["id"])
+        else:
+            data = client.get_media(source, item["id"])
+            client.ingest(target, [(item["filename"] or item["id"], data)], ids=[item["id"]], metadata=[item["metadata"]])
+            copied += 1
+    return {"source": source, "target": target, "copied": copied, "already_there": skipped, "without_media": without_media}
+
+
+def _all_items(client: Any, collection: str, page_size: int) -> list[dict[str, Any]]:
+    items, offset = [], 0
+    while True:
+        page = client.list_items(collection, limit=page_size, offset=offset)
+        items += page["data"]
+        offset += len(page["data"])
+        if not page["data"] or offset >= page["count"]:
+            return items
+
+
+def reembed_command(args: argparse.Namespace) -> int:
+    from app.client import RecallClient
+
+    with RecallClient(args.url, api_key=args.api_key) as client:
+        report = reembed(client, args.source, args.target, args.encoder)
+    print(f"{report['copied']} items re-embedded into {args.target} ({report['already_there']} were already there)")
+    if report["without_media"]:
+        print(f"{len(report['without_media'])} items have no stored media and were not copied: "
+              f"{', '.join(report['without_media'][:20])}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("reembed", help="copy a collection into a new one embedded by the current checkpoint")
+    p.add_argument("source", help="the collection to copy (left as it is)")
+    p.add_argument("target", help="the new collection")
+    p.add_argument("--encoder", help="encoder of the new collection (default: the service's default for the modality)")
+    p.add_argument("--url", help="service URL (RECALL_URL, default http://localhost:8000)")
+    p.add_argument("--api-key", help="API key (RECALL_API_KEY)")
+    p.set_defaults(func=reembed_command)
