@@ -52,13 +52,13 @@ async def build_query(
         if collection.modality != "image":
             raise InvalidInput(f"text queries search image collections; {collection.name!r} holds audio")
         t = time.perf_counter()
-        emb = await services.encoders.encode_text(collection.encoder, [params.text], patient=False)
+        emb = await services.encoders.encode_text(collection.encoder_key, [params.text], patient=False)
         timings["encode_ms"] = (time.perf_counter() - t) * 1000
         return Query(floats=emb.floats, codes=emb.codes, text=params.text)
     assert upload is not None
-    encoder = await services.encoders.load(collection.encoder)
+    encoder = await services.encoders.load(collection.encoder_key)
     t = time.perf_counter()
-    announcement = announcement or services.encoders.expecting(collection.encoder)
+    announcement = announcement or services.encoders.expecting(collection.encoder_key)
     try:
         media = await _decode_query(services, collection.modality, upload, encoder.sample_rate)
     finally:
@@ -73,7 +73,7 @@ async def build_query(
     else:
         inputs = [media]
     t = time.perf_counter()
-    emb = await services.encoders.encode(collection.encoder, inputs, patient=False)
+    emb = await services.encoders.encode(collection.encoder_key, inputs, patient=False)
     timings["encode_ms"] = (time.perf_counter() - t) * 1000
     return Query(floats=emb.floats, codes=emb.codes)
 
@@ -101,7 +101,7 @@ async def run_search(
         raise InvalidInput(f"k must be between 1 and {services.settings.limits.max_k}, got {params.k}")
     timings: dict[str, float] = {}
     query = await build_query(services, state, params, upload, timings, announcement)
-    rerank = params.text is not None and params.rerank and (await services.encoders.load(state.collection.encoder)).supports_rerank
+    rerank = params.text is not None and params.rerank and (await services.encoders.load(state.collection.encoder_key)).supports_rerank
     options = SearchOptions(
         k=max(params.k, params.rerank_top) if rerank else params.k,
         mode=params.mode,
@@ -125,7 +125,7 @@ async def run_search(
         hits = [h for h in hits if h.item_id in vectors]  # deleted since stage 1
         floats = np.stack([vectors[h.item_id] for h in hits]) if hits else np.zeros((0, state.collection.dim), np.float32)
         assert query.text is not None
-        scores = await services.encoders.rerank(state.collection.encoder, query.text, floats) if hits else []
+        scores = await services.encoders.rerank(state.collection.encoder_key, query.text, floats) if hits else []
         rerank_scores = {h.item_id: float(s) for h, s in zip(hits, scores)}
         hits = sorted(hits, key=lambda h: (-rerank_scores[h.item_id], h.item_id))
         timings["rerank_ms"] = (time.perf_counter() - t) * 1000

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from app.encoders.base import Embeddings, Encoder, check_embeddings
-from app.encoders.registry import EncoderSpec, UnknownEncoder, create_encoder
-from app.errors import BackendError, InvalidInput
+from app.encoders.registry import EncoderSpec, UnknownEncoder, create_encoder, is_versioned
+from app.errors import BackendError, Conflict, InvalidInput
 from app.settings import BatchingSettings
 from app.worker.batcher import Announcement, DynamicBatcher
 
@@ -54,11 +54,27 @@ class EncoderPool:
 
     def spec(self, name: str) -> EncoderSpec:
         if name not in self.specs:
-            raise InvalidInput(f"unknown encoder {name!r}; available: {sorted(self.specs)}")
+            if is_versioned(name):
+                base, version = name.split("@", 1)
+                raise Conflict(
+                    f"this collection was embedded with encoder {base!r} version {version}, which this service does not "
+                    f"have (it has {base!r} version {self.specs[base].version if base in self.specs else 'none'}); add "
+                    "that checkpoint's directory to RECALL_ENCODERS__EXTRA_DIRS, or re-embed the collection into a new one "
+                    "with `recall reembed SOURCE TARGET` (it reads the stored originals)")
+            raise InvalidInput(f"unknown encoder {name!r}; available: {sorted(n for n in self.specs if not is_versioned(n))}")
         return self.specs[name]
+
+    def canonical(self, name: str) -> str:
+        """One loaded copy per checkpoint: ``name@version`` of the current default checkpoint is ``name``."""
+        if is_versioned(name):
+            base = name.split("@", 1)[0]
+            if base in self.specs and self.specs.get(name) is self.specs[base]:
+                return base
+        return name
 
     async def load(self, name: str) -> Encoder:
         """The encoder named ``name``, loaded on first use (off the event loop)."""
+        name = self.canonical(name)
         if name in self.encoders:
             return self.encoders[name]
         async with self._load_lock:
@@ -83,7 +99,7 @@ class EncoderPool:
         """Announce an ``encode`` call on its way (a query being received and decoded):
         concurrent queries then share a batch, while a lone query still goes to the model at
         once. None when the encoder is not loaded yet (nothing to batch with)."""
-        encoder = self.encoders.get(name)
+        encoder = self.encoders.get(self.canonical(name))
         return self._batcher(encoder, "encode").expecting() if encoder is not None else None
 
     async def encode_text(self, name: str, texts: Sequence[str], *, patient: bool = True) -> Embeddings:
@@ -101,7 +117,7 @@ class EncoderPool:
         return (await batcher.submit((text, image_floats), patient=False))[0]
 
     def _batcher(self, encoder: Encoder, op: str) -> DynamicBatcher[Any, Row]:
-        key = (encoder.name, op)
+        key = (encoder.name, encoder.version, op)  # two versions of one name never share a model call
         if key not in self._batchers:
             run = {"encode": _run_encode, "text": _run_text, "rerank": _run_rerank}[op]
             size = 1 if op == "rerank" else self.batching.max_batch_size

@@ -26,7 +26,7 @@ async def search_collection(name: str, request: Request, services: ServicesDep) 
     # A multipart query carries an example to encode: tell the encoder's batcher before the body
     # is even read, so a batch forming meanwhile waits for it (bounded by max_wait_ms) instead
     # of leaving with one query. Ended before this query's own submit, or below on any error.
-    announcement = services.encoders.expecting(state.collection.encoder) if kind == "multipart/form-data" else None
+    announcement = services.encoders.expecting(state.collection.encoder_key) if kind == "multipart/form-data" else None
     try:
         if kind == "application/json":
             params = parse_model(SearchRequest, await read_json(request), "search request")
