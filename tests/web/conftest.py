@@ -8,12 +8,14 @@ are also written to docs/ (that is how the committed ones were made).
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from PIL import Image
 from playwright.sync_api import BrowserContext, Page, Playwright, expect, sync_playwright
 
 from app.settings import Settings
@@ -83,8 +85,10 @@ def snap(page: Page, name: str, docs: bool = False, full_page: bool = True) -> N
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
     if docs and os.environ.get("RECALL_DOCS_SCREENSHOTS") == "1":
+        # 256 colours: the committed copies stay small; the page is flat colours and text anyway
+        image = Image.open(io.BytesIO(page.screenshot(full_page=full_page))).convert("RGB")
         DOCS.mkdir(exist_ok=True)
-        page.screenshot(path=str(DOCS / f"{name}.png"), full_page=full_page)
+        image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(DOCS / f"{name}.png", optimize=True)
 
 
 def enter_key(page: Page) -> None:
