@@ -119,6 +119,8 @@ def test_post_demo_adds_only_missing_collections(demo_client: TestClient) -> Non
     assert body["added"][AUDIO_COLLECTION] == {"items": sum(r["collection"] == "sounds" for r in MANIFEST), "errors": 0}
     assert demo_client.post("/v1/demo").json()["added"] == {}
     assert demo_client.get("/v1/collections").json()["count"] == 3
+    responses = demo_client.get("/openapi.json").json()["paths"]["/v1/demo"]["post"]["responses"]
+    assert {"200", "401", "500", "503"} <= set(responses)
 
 
 def test_encoders_say_what_they_are_for_before_they_are_loaded(demo_client: TestClient) -> None:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
+import httpx
 import numpy as np
 import pytest
 from PIL import Image
@@ -140,3 +141,15 @@ def test_load_the_demo_data_from_the_empty_state(empty_page: Page) -> None:
     expect(page.locator("#demo-status")).to_contain_text("Added demo-words, demo-sounds, demo-images")
     expect(page.locator("#empty")).to_be_hidden()
     expect(page.locator("#items li").first).to_be_visible()
+
+
+def test_a_collection_deleted_elsewhere_is_explained_and_the_list_refreshed(empty_page: Page, empty_service: str) -> None:
+    page = empty_page
+    expect(page.get_by_label("Collection", exact=True).locator("option")).to_have_count(3)
+    assert httpx.delete(f"{empty_service}/v1/collections/demo-sounds").status_code == 204  # another tab, say
+    page.get_by_label("Collection", exact=True).select_option("demo-sounds")
+    banner = page.get_by_role("alert")
+    expect(banner).to_contain_text("Cannot open the collection demo-sounds: no collection named 'demo-sounds'")
+    expect(banner).to_contain_text("It may have been deleted, perhaps in another tab")
+    expect(page.get_by_label("Collection", exact=True).locator("option")).to_have_count(2)
+    expect(page.get_by_label("Collection", exact=True)).not_to_have_value("demo-sounds")

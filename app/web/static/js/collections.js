@@ -91,7 +91,6 @@ export function wireCollections({ reload }) {
       await request("DELETE", path.collection(c.name));
     } catch (exc) {
       showError(`The collection ${c.name} was not deleted`, exc);
-      if (exc.status === 404) await reload();
       return;
     }
     forgetMedia(c.name);

@@ -22,8 +22,9 @@ function showWork(on) {
 }
 
 // List collections (and encoders) and select `wanted`, the remembered one, or the first.
-async function loadCollections(wanted) {
-  clearError();
+// `keepBanner`: re-listing after an error (a 404) must not hide the message that explains it.
+async function loadCollections(wanted, keepBanner = false) {
+  if (!keepBanner) clearError();
   let collections;
   try {
     const encoders = await request("GET", "/v1/encoders");
@@ -64,7 +65,6 @@ async function selectCollection(name) {
     state.collection = await request("GET", path.collection(name));
   } catch (exc) {
     showError(`Cannot open the collection ${name}`, exc);
-    if (exc.status === 404) await loadCollections();
     return;
   }
   const c = state.collection;
@@ -99,7 +99,7 @@ async function refreshCollection() {
     state.collection = await request("GET", path.collection(state.collection.name));
     $("collection-info").textContent = describe(state.collection);
   } catch (exc) {
-    if (exc.status === 404) await loadCollections(); // deleted elsewhere
+    if (exc.status === 404) showError(`The collection ${state.collection.name} is gone`, exc);
     return;
   }
   await loadItems();
@@ -176,6 +176,8 @@ function wire() {
   $("next-items").addEventListener("click", () => { itemOffset += PAGE; loadItems(); });
   $("compare").addEventListener("change", (event) => { if (!event.target.checked) hideConfidence(); });
   wireCollections({ reload: loadCollections });
+  // a 404 anywhere means the page is out of date (deleted in another tab): list again, keep the message
+  document.addEventListener("recall:stale", () => loadCollections(state.collection && state.collection.name, true));
 }
 
 wire();

@@ -28,6 +28,7 @@ export function showError(what, exc) {
   banner.textContent = exc ? explain(what, exc) : what;
   banner.hidden = false;
   if (exc && exc.status === 401) document.getElementById("api-key").focus();
+  if (exc && exc.status === 404) document.dispatchEvent(new CustomEvent("recall:stale"));
 }
 
 // Ask before something that cannot be undone; resolves true only for the confirming button.
