@@ -54,6 +54,18 @@ class LimitSettings(BaseModel):
     )
 
 
+class ClusterSettings(BaseModel):
+    shard_cpus: float = Field(
+        0.25, ge=0, description="CPUs Ray reserves per index shard actor (placement only; a shard scans with index.shards threads)."
+    )
+    embed_workers: int = Field(
+        0, ge=0, le=256,
+        description="With ray_address: Ray actors that run encoders for ingest (0 keeps encoding in the API process). "
+        "Each takes one GPU when the Ray cluster has GPUs, else embed_cpus CPUs.",
+    )
+    embed_cpus: float = Field(1.0, gt=0, description="CPUs Ray reserves per embedding worker on a cluster without GPUs.")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RECALL_", env_nested_delimiter="__", extra="ignore")
 
@@ -90,6 +102,7 @@ class Settings(BaseSettings):
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     index: IndexSettings = Field(default_factory=IndexSettings)
     encoders: EncoderSettings = Field(default_factory=EncoderSettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
 
     @field_validator("api_keys", mode="before")

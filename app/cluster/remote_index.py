@@ -1,0 +1,202 @@
+"""A collection's index as ``RECALL_INDEX_SHARDS`` Ray shard actors, behind the in-process interface.
+
+The search pipeline and the shared scans use this exactly as they use
+:class:`~app.storage.index_store.CollectionIndex`: ``.binary`` / ``.float`` answer
+``search(queries, k)`` (scattered to every shard, merged under the tie rule of
+app/cluster/topk.py), ``reconstruct(ids)`` and ``len()``. The API process holds no vectors;
+it only remembers the latest catalog sequence it has seen (``required_seq``) and sends it with
+every call, and each shard replays the catalog up to it before answering.
+
+A shard that does not answer (killed, restarting, its node gone, or slower than
+``SHARD_TIMEOUT_S``) fails the search with 503 and a reason naming the shard; never a silently
+short list. Shard actors are named, detached and restarted by Ray without limit, so every API
+process finds the same actors and a restarted one rebuilds its partition from PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from typing import Any
+
+import numpy as np
+
+from app.cluster.ray_runtime import NAMESPACE, ensure_ray
+from app.cluster.topk import merge_topk
+from app.errors import Unhealthy
+from app.index import BinaryIndex, FloatIndex
+from app.storage.records import Collection
+
+log = logging.getLogger(__name__)
+
+SHARD_TIMEOUT_S = 30.0  # one search's wait for a shard before answering 503
+BUILD_TIMEOUT_S = 1800.0  # a new or restarted shard rebuilding its partition from PostgreSQL
+
+
+def actor_name(catalog_url: str, collection: Collection, number: int, count: int) -> str:
+    """Stable across API processes; new when the collection is recreated or the shard count changes."""
+    catalog = hashlib.sha1(catalog_url.split("@")[-1].encode()).hexdigest()[:10]
+    return f"shard:{catalog}:{collection.name}:{collection.created_at!r}:{number}/{count}"
+
+
+class RemoteCollectionIndex:
+    def __init__(self, collection: Collection, actors: list[Any]) -> None:
+        self.collection = collection
+        self.actors = actors
+        self.required_seq = 0
+        self._synced_seq = -1
+        self._total = 0
+        self._memory = 0
+        self._lock = threading.Lock()
+        self.unsnapshotted = 0
+        self.snapshots = False
+        self.binary = _RemoteKind(self, "binary", BinaryIndex) if "binary" in collection.index_kinds else None
+        self.float = _RemoteKind(self, "float", FloatIndex) if "float" in collection.index_kinds else None
+
+    @classmethod
+    def open(cls, collection: Collection, settings: Any) -> "RemoteCollectionIndex":
+        import ray
+
+        from app.cluster.shard_actor import ShardActor
+
+        ensure_ray(settings.ray_address)
+        count = settings.index_shards
+        remote = ray.remote(ShardActor)
+        actors = [
+            remote.options(
+                name=actor_name(settings.catalog_url, collection, n, count), namespace=NAMESPACE, get_if_exists=True,
+                lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=settings.cluster.shard_cpus,
+            ).remote(settings.catalog_url, collection, n, count, settings.index.shards)
+            for n in range(count)
+        ]
+        self = cls(collection, actors)
+        self._call("sync", 0, timeout=BUILD_TIMEOUT_S)  # wait for the partitions to be built
+        return self
+
+    # --- scatter ------------------------------------------------------------------------------
+
+    def _call(self, method: str, *args: Any, timeout: float = SHARD_TIMEOUT_S) -> list[Any]:
+        import ray
+        from ray import exceptions as rex
+
+        refs = [getattr(actor, method).remote(*args) for actor in self.actors]
+        results = []
+        for number, ref in enumerate(refs):
+            try:
+                results.append(ray.get(ref, timeout=timeout))
+            except (rex.GetTimeoutError, rex.RayActorError, rex.RayTaskError, rex.RaySystemError) as exc:
+                for pending in refs[number + 1 :]:
+                    ray.cancel(pending, force=False)
+                reason = "did not answer in time" if isinstance(exc, rex.GetTimeoutError) else f"is unavailable ({type(exc).__name__})"
+                raise Unhealthy(
+                    f"index shard {number + 1} of {len(self.actors)} of collection {self.collection.name!r} {reason};"
+                    " it is restarted automatically and rebuilds from the catalog: retry shortly",
+                ) from exc
+        return results
+
+    def _refresh(self) -> None:
+        target = self.required_seq
+        if self._synced_seq >= target:
+            return
+        stats = self._call("sync", target)
+        with self._lock:
+            self._total = sum(s["segments"] for s in stats)
+            self._memory = sum(s["memory_bytes"] for s in stats)
+            self._synced_seq = max(self._synced_seq, target)
+
+    # --- the CollectionIndex interface -----------------------------------------------------------
+
+    @property
+    def applied_seq(self) -> int:
+        return self.required_seq
+
+    def catch_up(self, catalog: Any, target: int | None = None) -> int:
+        """Remember the newest sequence seen; the shards replay up to it on their next call."""
+        if target is None:
+            target = catalog.last_seq(self.collection.name)
+        with self._lock:
+            self.required_seq = max(self.required_seq, target)
+        return self.required_seq
+
+    def apply_shared(self, write: Any, catalog: Any) -> None:
+        with self._lock:
+            self.required_seq = max(self.required_seq, write.seq)
+
+    def indices(self) -> list[tuple[str, Any]]:
+        return [(k, ix) for k, ix in (("binary", self.binary), ("float", self.float)) if ix is not None]
+
+    def __len__(self) -> int:
+        self._refresh()
+        return self._total
+
+    def memory_bytes(self) -> int:
+        self._refresh()
+        return self._memory
+
+    def shard_stats(self) -> list[dict[str, Any]]:
+        return self._call("stats")
+
+    def snapshot(self, catalog: Any) -> None:
+        """Nothing to write: the shards rebuild from the catalog."""
+
+    def delete_files(self) -> None:
+        """The collection was deleted: its shard actors go too."""
+        import ray
+
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+
+class _RemoteKind:
+    """One index kind across the shards."""
+
+    def __init__(self, owner: RemoteCollectionIndex, kind: str, cls: type) -> None:
+        self.owner, self.kind, self.cls = owner, kind, cls
+        self.dim = owner.collection.dim
+        self.bits = owner.collection.bits
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        parts = self.owner._call("search", self.kind, np.ascontiguousarray(queries), int(k), self.owner.required_seq)
+        return merge_topk([(p[0], p[1]) for p in parts], int(k), ascending=self.cls.ASCENDING)
+
+    def reconstruct(self, ids: np.ndarray) -> np.ndarray:
+        """Vectors of ``ids`` from whichever shard holds each; an id deleted since the scan gets zeros."""
+        ids = np.asarray(ids, dtype=np.int64)
+        parts = self.owner._call("reconstruct", self.kind, ids, self.owner.required_seq)
+        width = self.owner.collection.dim if self.kind == "float" else self.owner.collection.bits // 8
+        out = np.zeros((len(ids), width), dtype=np.float32 if self.kind == "float" else np.uint8)
+        where = {int(i): n for n, i in enumerate(ids.tolist())}
+        for found, vectors in parts:
+            for sid, vector in zip(found.tolist(), vectors):
+                out[where[sid]] = vector
+        return out
+
+    def reconstruct_present(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ids some shard still holds, their vectors), in the order given."""
+        ids = np.asarray(ids, dtype=np.int64)
+        parts = self.owner._call("reconstruct", self.kind, ids, self.owner.required_seq)
+        found: dict[int, np.ndarray] = {}
+        for present, vectors in parts:
+            found.update(zip(present.tolist(), vectors))
+        keep = np.asarray([i for i in ids.tolist() if i in found], dtype=np.int64)
+        width = self.dim if self.kind == "float" else self.bits // 8
+        dtype = np.float32 if self.kind == "float" else np.uint8
+        vectors = np.stack([found[i] for i in keep.tolist()]).astype(dtype) if len(keep) else np.zeros((0, width), dtype)
+        return keep, vectors
+
+    def __contains__(self, segment_id: int) -> bool:
+        # a shortlisted id was in its shard at scan time; reconstruct answers for those deleted since
+        return True
+
+    def __len__(self) -> int:
+        return len(self.owner)
+
+    def ids(self) -> np.ndarray:
+        return np.sort(np.concatenate([np.asarray(p, dtype=np.int64) for p in self.owner._call("ids", self.kind)]))
+
+    def memory_bytes(self) -> int:
+        return self.owner.memory_bytes()

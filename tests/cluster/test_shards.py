@@ -1,0 +1,152 @@
+"""Index shards as Ray actors: scatter/merge equals one index, ties included; a killed shard
+is restarted and rebuilt from the catalog, and search says 503 (never a short list) meanwhile.
+
+One local Ray for the session (tests/conftest.py), 2 CPUs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.cluster.ray_runtime import NAMESPACE
+from app.cluster.remote_index import RemoteCollectionIndex, actor_name
+from app.cluster.topk import ordered_topk
+from app.encoders.base import l2_normalise, sign_codes
+from app.index import BinaryIndex, FloatIndex
+from app.index.exact import hamming_distances, inner_products
+from app.main import create_app
+from app.settings import Settings
+from app.storage.index_store import CollectionIndex
+from app.storage.postgres import PostgresCatalog
+from app.storage.records import Collection, NewItem
+from tests.conftest import make_settings, tone_wav
+
+DIM, BITS = 16, 16  # 16-bit codes: Hamming ties everywhere, which is the point
+
+
+def _reference(codes_or_floats: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int, binary: bool) -> list[list[int]]:
+    """Brute force under the documented rule: (distance asc | similarity desc, segment id asc)."""
+    scores = hamming_distances(queries, codes_or_floats) if binary else -inner_products(queries, codes_or_floats)
+    return [[int(ids[j]) for j in np.lexsort((ids, row))[:k]] for row in scores]
+
+
+@pytest.mark.slow
+def test_sharded_search_equals_one_index_ties_included(pg_url, ray_session):
+    catalog = PostgresCatalog(pg_url)
+    collection = Collection("c", "audio", "x", ("binary", "float"), DIM, BITS, 1.0, 0.5, False, "", 1.0)
+    catalog.create_collection(collection)
+    rng = np.random.default_rng(7)
+    items = []
+    for i in range(120):
+        raw = rng.standard_normal((1 + i % 4, DIM)).astype(np.float32)
+        items.append(NewItem(f"item-{i}", None, None, None, {}, np.zeros((len(raw), 2)), l2_normalise(raw), sign_codes(raw)))
+    catalog.upsert_items("c", items)
+    catalog.delete_item("c", "item-3")
+    one = CollectionIndex.build(collection, catalog, shards=1)
+    ids = one.binary.ids()
+    codes, floats = one.binary.reconstruct(ids), one.float.reconstruct(ids)
+    raw_q = rng.standard_normal((6, DIM)).astype(np.float32)
+    queries = {"binary": sign_codes(raw_q), "float": l2_normalise(raw_q)}
+    for count in (2, 3):
+        settings = Settings(catalog_url=pg_url, ray_address="auto", index_shards=count)
+        sharded = RemoteCollectionIndex.open(collection, settings)
+        sharded.catch_up(catalog)
+        assert len(sharded) == len(one) == len(ids)
+        sizes = [s["segments"] for s in sharded.shard_stats()]
+        assert len(sizes) == count and sum(sizes) == len(ids) and min(sizes) > 0
+        for kind, cls in (("binary", BinaryIndex), ("float", FloatIndex)):
+            q = queries[kind]
+            for k in (1, 5, 17, len(ids) + 3):
+                got_scores, got_ids = getattr(sharded, kind).search(q, k)
+                want_scores, want_ids = ordered_topk(getattr(one, kind), q, k, cls.ASCENDING, cls.PAD_VALUE)
+                assert np.array_equal(got_ids, want_ids), (kind, k, count)
+                assert np.array_equal(got_scores, want_scores)
+                reference = _reference(codes if kind == "binary" else floats, ids, q, k, kind == "binary")
+                assert [row[row >= 0].tolist() for row in got_ids] == reference
+        # reconstruct answers from whichever shard holds each id
+        pick = ids[::7]
+        assert np.array_equal(sharded.float.reconstruct(pick), one.float.reconstruct(pick))
+        sharded.delete_files()
+
+
+def _seed(client, n=12):
+    client.post("/v1/collections", json={"name": "t", "modality": "audio"})
+    clips = {f"tone-{i}": tone_wav(200.0 + 61 * i, seconds=1.5) for i in range(n)}
+    files = [("files", (f"{name}.wav", data)) for name, data in clips.items()]
+    response = client.post("/v1/collections/t/items", files=files, data={"ids": ",".join(clips)})
+    assert response.status_code == 200, response.text
+    return clips
+
+
+def _search(client, clip, mode, k=5):
+    return client.post("/v1/collections/t/search", files={"file": ("q.wav", clip)}, data={"k": str(k), "mode": mode})
+
+
+@pytest.mark.slow
+def test_ray_shards_serve_the_api_and_survive_a_killed_shard(tmp_path, pg_url, ray_session):
+    import ray
+
+    sharded = make_settings(tmp_path / "r", catalog_url=pg_url, ray_address="auto", index_shards=2)
+    in_process = make_settings(tmp_path / "p", catalog_url=pg_url)
+    with TestClient(create_app(sharded)) as client, TestClient(create_app(in_process)) as plain:
+        clips = _seed(client)
+        probes = [clips["tone-2"], clips["tone-9"], tone_wav(333.0, seconds=1.0)]
+        expected = {}
+        for mode in ("binary", "float", "two_stage"):
+            for n, probe in enumerate(probes):
+                got = _search(client, probe, mode).json()["results"]
+                # the same data searched by one in-process index (same catalog, no Ray)
+                want = _search(plain, probe, mode).json()["results"]
+                assert [(r["id"], r["distance"]) for r in got] == [(r["id"], r["distance"]) for r in want], mode
+                expected[mode, n] = [r["id"] for r in got]
+        assert expected["float", 0][0] == "tone-2" and expected["binary", 1][0] == "tone-9"
+
+        # a write through the in-process API is seen by the sharded one at once (shards replay the catalog)
+        plain.post("/v1/collections/t/items", files={"files": ("x.wav", tone_wav(1234.0, seconds=1.5))}, data={"ids": "late"})
+        assert _search(client, tone_wav(1234.0, seconds=1.5), "float", k=1).json()["results"][0]["id"] == "late"
+        expected = {key: [r["id"] for r in _search(client, probes[key[1]], key[0]).json()["results"]] for key in expected}
+
+        # kill one shard actor while searches stream in: every answer is complete or a 503 with a reason
+        collection = PostgresCatalog(pg_url).get_collection("t")
+        victim = ray.get_actor(actor_name(pg_url, collection, 1, 2), namespace=NAMESPACE)
+        old_pid = ray.get(victim.pid.remote())
+        outcomes: list[tuple[int, object]] = []
+        stop = threading.Event()
+
+        def stream() -> None:
+            while not stop.is_set():
+                for key in expected:
+                    response = _search(client, probes[key[1]], key[0])
+                    body = response.json()
+                    outcomes.append((response.status_code, body))
+                    if response.status_code == 200:
+                        assert [r["id"] for r in body["results"]] == expected[key], key
+                    else:
+                        assert response.status_code == 503 and body["error"]["code"] == "unavailable", body
+                        assert "index shard 2 of 2" in body["error"]["message"]
+
+        thread = threading.Thread(target=stream)
+        thread.start()
+        time.sleep(0.5)
+        ray.kill(victim, no_restart=False)  # Ray restarts it; it rebuilds its partition from PostgreSQL
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if ray.get(victim.pid.remote(), timeout=5) != old_pid:
+                    break
+            except Exception:  # noqa: BLE001 - still restarting
+                pass
+            time.sleep(0.2)
+        time.sleep(0.5)
+        stop.set()
+        thread.join()
+        assert ray.get(victim.pid.remote()) != old_pid
+        assert outcomes and outcomes[-1][0] == 200
+        for key in expected:  # recovered, with the same answers
+            assert [r["id"] for r in _search(client, probes[key[1]], key[0]).json()["results"]] == expected[key]
+        client.delete("/v1/collections/t")
