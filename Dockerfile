@@ -22,16 +22,20 @@ RUN apt-get update \
 
 WORKDIR /app
 
-# torch first, pinned, from the CPU index: left to the resolver, torch pulls multi-GB CUDA wheels.
-RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+# Every version comes from requirements.lock, the versions `make test` and CI install
+# (scripts/lock.sh refreshes it). torch first, from the CPU index, at the lock's torch==2.13.0:
+# left to the resolver, torch pulls multi-GB CUDA wheels.
+COPY requirements.lock ./
+RUN pip install -c requirements.lock torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 
-# Dependencies in their own layer, keyed on pyproject.toml only, so editing code does not
-# reinstall them. The list comes straight from pyproject (tomllib is in 3.11's stdlib); the
-# torch==2.13.0 pin in it is already satisfied by the CPU wheel above.
+# Dependencies in their own layer, keyed on pyproject.toml and the lock only, so editing code
+# does not reinstall them. The list comes straight from pyproject (tomllib is in 3.11's stdlib;
+# the image needs neither the test nor the cluster extra); the lock pins each version, and the
+# torch pin is already satisfied by the CPU wheel above.
 COPY pyproject.toml ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt \
+    && pip install -c requirements.lock -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
 # The application itself; --no-deps because the layer above installed them.

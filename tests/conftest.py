@@ -17,6 +17,16 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from app.main import create_app  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
+# Tests needing a system package skip with the reason when it is missing, and CI fails on such
+# skips: pytest finds these hooks by their names in this module (see tests/system_deps.py).
+from tests.system_deps import (  # noqa: E402, F401
+    pytest_configure,
+    pytest_runtest_logreport,
+    pytest_runtest_setup,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
+
 
 def make_settings(tmp_path, **overrides) -> Settings:
     """Settings isolated in tmp_path, with the training-free encoders (fast, deterministic)."""

@@ -66,11 +66,15 @@ def test_dockerfile_installs_pinned_cpu_torch_before_dependencies_and_code() -> 
     instructions = dockerfile_instructions()
     torch = index_of(instructions, "RUN", "torch==2.13.0")
     assert "--index-url https://download.pytorch.org/whl/cpu" in instructions[torch][1]
+    copy_lock = index_of(instructions, "COPY", "requirements.lock")
     copy_pyproject = index_of(instructions, "COPY", "pyproject.toml")
-    dependencies = index_of(instructions, "RUN", "pip install -r")
+    dependencies = index_of(instructions, "RUN", "-r /tmp/requirements.txt")
     copy_code = index_of(instructions, "COPY", "app")
-    # Cached layers: torch, then dependencies keyed on pyproject alone, then the code.
-    assert torch < copy_pyproject < dependencies < copy_code
+    # Cached layers: the lock, torch, then dependencies keyed on pyproject and the lock, then the code.
+    assert copy_lock < torch < copy_pyproject < dependencies < copy_code
+    # both installs are held to the lock make and CI use, and the lock pins the same torch
+    assert "-c requirements.lock" in instructions[torch][1] and "-c requirements.lock" in instructions[dependencies][1]
+    assert "torch==2.13.0" in (ROOT / "requirements.lock").read_text().splitlines()
     assert instructions[copy_pyproject][1].split() == ["pyproject.toml", "./"]
     assert "--no-deps" in instructions[index_of(instructions, "RUN", "pip install --no-deps")][1]
 
@@ -115,7 +119,7 @@ def test_files_the_image_copies_are_not_dockerignored() -> None:
     ]
     instructions = dockerfile_instructions()
     sources = [args.split()[0] for name, args in instructions if name == "COPY"]
-    assert {"pyproject.toml", "app", "docker"} <= set(sources)
+    assert {"pyproject.toml", "requirements.lock", "app", "docker"} <= set(sources)
     for source in sources:
         assert not any(fnmatch.fnmatch(source, pattern) for pattern in patterns), source
     for needed in ("pyproject.toml", "app", "docker/entrypoint.sh", "docker/healthcheck.py"):

@@ -1,7 +1,7 @@
 """Media fixtures built at test time: numpy + soundfile for PCM formats, the ffmpeg CLI for the rest.
 
-ffmpeg is a hard requirement (CI installs it), so a missing binary fails loudly instead of
-skipping. Every clip is short (about 1 s) so the whole module stays fast on two cores.
+Without ffmpeg the tests using it are skipped with the package named (tests/system_deps.py),
+and CI fails on that skip: there ffmpeg must be installed. Every clip is short (about 1 s) so the whole module stays fast on two cores.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import soundfile as sf
+
+from tests.system_deps import require_system
 
 TONE_HZ = 440.0
 
@@ -45,8 +47,8 @@ def ffmpeg(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., bytes]:
     ``args`` are inserted between ``ffmpeg -y`` and the output path; ``{wav}`` in them is
     replaced by a 1 s, 44.1 kHz stereo 440 Hz WAV.
     """
+    require_system("ffmpeg")
     binary = shutil.which("ffmpeg")
-    assert binary, "ffmpeg is required for the media tests (apt-get install ffmpeg)"
     workdir = tmp_path_factory.mktemp("ffmpeg")
     source = workdir / "source.wav"
     sf.write(source, sine(TONE_HZ, 1.0, 44100, channels=2), 44100)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from app.training.audio_data import read_manifest
 from app.training.audio_train import _describe_extra
 from app.training.synth_speech import DEFAULT_WORDS, RESERVED, choose_voices, main, synthesise_words, trim_silence
 
-pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed (.ci/run installs it)")
+pytestmark = pytest.mark.system("espeak-ng")
 
 RATE = 8000
 
