@@ -48,10 +48,15 @@ fi
 # Is one package there? dpkg's word where there is a dpkg, else what the package provides.
 # python3-venv is always checked by use: a Python not from Debian (pyenv, python:3.11-slim)
 # makes venvs without it, and Debian's own python3 cannot make one until it is installed.
+# make too: one built elsewhere is as good.
 installed() {
   local package=$1
   if [ "$package" = python3-venv ]; then
     [ "$py_venv" = venv ]
+    return
+  fi
+  if [ "$package" = make ]; then  # any make will do (.ci/run calls this before make exists)
+    command -v make >/dev/null
     return
   fi
   if [ -n "$dpkg_installed" ]; then

@@ -54,7 +54,7 @@ def test_everything_installed_passes_silently(tmp_path: Path) -> None:
 
 
 def test_non_root_is_refused_with_the_exact_command(tmp_path: Path) -> None:
-    result = _run_script(tmp_path, "test", uid=1000, installed="python3-venv libsndfile1 make fonts-dejavu-core")
+    result = _run_script(tmp_path, "test", uid=1000, installed="python3-venv libsndfile1 fonts-dejavu-core")
     assert result.returncode == 1
     missing = "ffmpeg espeak-ng sox chromium chromium-driver postgresql"
     command = f"sudo apt-get update && sudo apt-get install -y --no-install-recommends {missing}"
