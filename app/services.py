@@ -60,12 +60,17 @@ class Services:
         self.media = MediaStore(self.data_dir / "media")
         self.index_dir = self.data_dir / "indices"
         self.metrics = Metrics()
-        self.encoders = EncoderPool(
-            discover(settings.encoders.extra_dirs),
-            settings.resolved_device(),
-            settings.batching,
-            on_batch=self.metrics.observe_batch,
-        )
+        pool_args = (discover(settings.encoders.extra_dirs), settings.resolved_device(), settings.batching)
+        if settings.ray_address and settings.cluster.embed_workers:
+            from app.cluster.embedding import RayEncoderPool  # ingest encodes on Ray workers (cluster mode)
+
+            self.encoders: EncoderPool = RayEncoderPool(
+                *pool_args, on_batch=self.metrics.observe_batch, ray_address=settings.ray_address,
+                workers=settings.cluster.embed_workers, cpus=settings.cluster.embed_cpus,
+                extra_dirs=list(settings.encoders.extra_dirs), torch_threads=settings.torch_threads,
+            )
+        else:
+            self.encoders = EncoderPool(*pool_args, on_batch=self.metrics.observe_batch)
         self.collections: dict[str, CollectionState] = {}
         self.not_ready: list[str] = ["starting"]
         self.loaded = False  # set once encoders, indices, jobs (and demo data) are ready

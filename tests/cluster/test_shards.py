@@ -150,3 +150,51 @@ def test_ray_shards_serve_the_api_and_survive_a_killed_shard(tmp_path, pg_url, r
         for key in expected:  # recovered, with the same answers
             assert [r["id"] for r in _search(client, probes[key[1]], key[0]).json()["results"]] == expected[key]
         client.delete("/v1/collections/t")
+
+
+@pytest.mark.slow
+def test_ingest_encodes_on_ray_workers_and_survives_a_killed_worker(tmp_path, pg_url, ray_session):
+    import ray
+
+    from app.encoders.registry import create_encoder, discover
+    from app.features.windows import cut_windows
+    from app.media.audio import decode_audio
+
+    settings = make_settings(tmp_path, catalog_url=pg_url, ray_address="auto", index_shards=1,
+                             cluster={"embed_workers": 2, "embed_cpus": 0.5}, batching={"max_batch_size": 4})
+    local = create_encoder("audio-baseline", discover(), "cpu")
+    clips = {f"w{i}": tone_wav(150.0 + 97 * i, seconds=3.0) for i in range(8)}
+    with TestClient(create_app(settings)) as client:
+        client.post("/v1/collections", json={"name": "e", "modality": "audio"})
+        files = [("files", (f"{n}.wav", data)) for n, data in clips.items()]
+        first = client.post("/v1/collections/e/items", files=files[:4], data={"ids": ",".join(list(clips)[:4])})
+        assert first.status_code == 200, first.text
+        # kill one worker while the second batch is being encoded: Ray restarts it and retries its batches
+        outcome = {}
+
+        def second() -> None:
+            outcome["r"] = client.post("/v1/collections/e/items", files=files[4:], data={"ids": ",".join(list(clips)[4:])})
+
+        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("embed:")]
+        assert len(names) == 2
+        victim = ray.get_actor(names[0], namespace=NAMESPACE)
+        old_pid = ray.get(victim.where.remote())["pid"]
+        thread = threading.Thread(target=second)
+        thread.start()
+        time.sleep(0.05)
+        ray.kill(victim, no_restart=False)
+        thread.join()
+        assert ray.get(victim.where.remote(), timeout=60)["pid"] != old_pid  # restarted
+        catalog = PostgresCatalog(pg_url)
+        acknowledged = [r["id"] for r in first.json()["indexed"]]
+        if outcome["r"].status_code == 200:
+            acknowledged += [r["id"] for r in outcome["r"].json()["indexed"]]
+        else:  # failed as a whole: nothing of it is visible
+            assert {i["id"] for i in catalog.list_items("e", 100, 0)} == set(list(clips)[:4])
+        assert len(acknowledged) >= 4
+        for item_id in acknowledged:
+            wave = decode_audio(clips[item_id], target_rate=local.sample_rate, filename="x.wav")
+            windows, _ = cut_windows(wave, local.sample_rate, 1.0, 0.5)
+            want = local.encode(windows)
+            _, _, floats, codes = catalog.item_segments("e", item_id, local.dim, local.bits)
+            assert np.allclose(floats, want.floats, atol=1e-5) and np.array_equal(codes, want.codes)
