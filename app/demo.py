@@ -77,6 +77,8 @@ async def _add_missing(services: Services) -> dict[str, Any]:
         encoder = await (_image_encoder(services) if modality == "image" else _audio_encoder(services, preferred))
         await services.create_collection({"name": name, "modality": modality, "encoder": encoder, "description": description})
         summary["collections"][name] = await _ingest(services, name, files)
+        if modality == "image":
+            await _warm_text(services, encoder)
     summary["seconds"] = round(time.perf_counter() - started, 2)
     log.info("demo: seeded %s in %.1f s", summary["collections"], summary["seconds"])
     return summary
@@ -88,6 +90,16 @@ async def _ingest(services: Services, name: str, files: list[demo_data.DemoFile]
     for row in report.errors:  # shipped media should never fail; say so loudly if it does
         log.error("demo: %s was not indexed: %s", row["file"], row["error"]["message"])
     return {"items": len(report.indexed), "errors": len(report.errors)}
+
+
+async def _warm_text(services: Services, encoder: str) -> None:
+    """Load the sentence model now, so the demo's first text search does not wait for it (seconds)."""
+    if not (await services.encoders.load(encoder)).supports_text:
+        return
+    try:
+        await services.encoders.encode_text(encoder, ["a photo"])
+    except Exception as exc:  # noqa: BLE001 - the first text search will report it in words
+        log.warning("demo: the text side of %s did not load (%s)", encoder, exc)
 
 
 async def _audio_encoder(services: Services, preferred: str) -> str:
