@@ -34,10 +34,14 @@ SHARD_TIMEOUT_S = 30.0  # one search's wait for a shard before answering 503
 BUILD_TIMEOUT_S = 1800.0  # a new or restarted shard rebuilding its partition from PostgreSQL
 
 
+def catalog_prefix(catalog_url: str) -> str:
+    """The name prefix of every shard actor of one catalog (the URL's host/database part, hashed)."""
+    return f"shard:{hashlib.sha1(catalog_url.split('@')[-1].encode()).hexdigest()[:10]}:"
+
+
 def actor_name(catalog_url: str, collection: Collection, number: int, count: int) -> str:
     """Stable across API processes; new when the collection is recreated or the shard count changes."""
-    catalog = hashlib.sha1(catalog_url.split("@")[-1].encode()).hexdigest()[:10]
-    return f"shard:{catalog}:{collection.name}:{collection.created_at!r}:{number}/{count}"
+    return f"{catalog_prefix(catalog_url)}{collection.name}:{collection.created_at!r}:{number}/{count}"
 
 
 class RemoteCollectionIndex:

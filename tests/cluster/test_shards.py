@@ -198,3 +198,25 @@ def test_ingest_encodes_on_ray_workers_and_survives_a_killed_worker(tmp_path, pg
             want = local.encode(windows)
             _, _, floats, codes = catalog.item_segments("e", item_id, local.dim, local.bits)
             assert np.allclose(floats, want.floats, atol=1e-5) and np.array_equal(codes, want.codes)
+
+
+@pytest.mark.slow
+def test_reshard_builds_the_new_count_then_retires_the_old(pg_url, ray_session):
+    from app.cluster.admin import _shard_actors, reshard
+
+    catalog = PostgresCatalog(pg_url)
+    collection = Collection("r", "audio", "x", ("binary",), DIM, BITS, 1.0, 0.5, False, "", 2.0)
+    catalog.create_collection(collection)
+    rng = np.random.default_rng(3)
+    catalog.upsert_items("r", [NewItem(f"i{i}", None, None, None, {}, np.zeros((2, 2)), np.zeros((2, DIM), np.float32),
+                                       sign_codes(rng.standard_normal((2, DIM)).astype(np.float32))) for i in range(30)])
+    q = sign_codes(rng.standard_normal((3, DIM)).astype(np.float32))
+    settings = Settings(catalog_url=pg_url, ray_address="auto", index_shards=3)
+    before = RemoteCollectionIndex.open(collection, settings).binary.search(q, 7)
+    report = reshard(settings, 2)
+    assert _shard_actors(pg_url) == sorted(actor_name(pg_url, collection, n, 2) for n in range(2))
+    assert len(report["killed"]) == 3
+    after = RemoteCollectionIndex.open(collection, settings.model_copy(update={"index_shards": 2}))
+    got = after.binary.search(q, 7)
+    assert np.array_equal(got[0], before[0]) and np.array_equal(got[1], before[1])
+    after.delete_files()
