@@ -26,7 +26,6 @@ from app.worker.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-LEASE_S = 20.0  # a runner silent this long is presumed dead and its job is taken over
 POLL_S = 0.5  # how often an idle runner looks for jobs submitted to other processes
 
 
@@ -37,6 +36,7 @@ class JobRunner:
         self.services = services
         self.catalog = services.catalog
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.lease_s = services.settings.cluster.job_lease_s  # silent this long: presumed dead, taken over
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
 
@@ -71,7 +71,7 @@ class JobRunner:
         assert self._wake is not None
         while True:
             try:
-                job_id = await asyncio.to_thread(self.catalog.claim_job, self.owner, time.time(), LEASE_S)
+                job_id = await asyncio.to_thread(self.catalog.claim_job, self.owner, time.time(), self.lease_s)
             except Exception:  # noqa: BLE001 - the catalog may be briefly unreachable
                 log.exception("could not look for ingest jobs")
                 job_id = None
@@ -95,7 +95,7 @@ class JobRunner:
         uploads = [Upload(filename, data, item_id, metadata) for filename, item_id, metadata, data in files]
 
         def progress(done: int, errors: list[dict[str, Any]]) -> None:
-            self.catalog.renew_job(job_id, self.owner, time.time() + LEASE_S, done, errors)
+            self.catalog.renew_job(job_id, self.owner, time.time() + self.lease_s, done, errors)
 
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(job_id))
         try:
@@ -110,5 +110,5 @@ class JobRunner:
     async def _heartbeat(self, job_id: str) -> None:
         """Renew the lease while a chunk is being encoded (a progress call comes only between chunks)."""
         while True:
-            await asyncio.sleep(LEASE_S / 4)
-            await asyncio.to_thread(self.catalog.renew_job, job_id, self.owner, time.time() + LEASE_S)
+            await asyncio.sleep(self.lease_s / 4)
+            await asyncio.to_thread(self.catalog.renew_job, job_id, self.owner, time.time() + self.lease_s)

@@ -64,6 +64,11 @@ class ClusterSettings(BaseModel):
         "Each takes one GPU when the Ray cluster has GPUs, else embed_cpus CPUs.",
     )
     embed_cpus: float = Field(1.0, gt=0, description="CPUs Ray reserves per embedding worker on a cluster without GPUs.")
+    job_lease_s: float = Field(
+        20.0, gt=0,
+        description="An ingest job's runner renews its claim this often (x4); a job whose runner stayed silent this "
+        "long (its process died) is taken over by another API process sharing the catalog.",
+    )
 
 
 class Settings(BaseSettings):

@@ -19,8 +19,8 @@ from tests.conftest import tone_wav
 
 @pytest.mark.slow
 def test_two_api_processes_share_writes_jobs_and_survive_a_sigkill(tmp_path, pg_url):
-    a = serve(tmp_path / "data", pg_url)
-    b = serve(tmp_path / "data", pg_url)
+    a = serve(tmp_path / "data", pg_url, RECALL_CLUSTER__JOB_LEASE_S="2")
+    b = serve(tmp_path / "data", pg_url, RECALL_CLUSTER__JOB_LEASE_S="2")
     try:
         assert httpx.post(f"{a.url}/v1/collections", json={"name": "w", "modality": "audio"}).status_code == 201
         # created on A, visible on B without a restart
@@ -44,6 +44,17 @@ def test_two_api_processes_share_writes_jobs_and_survive_a_sigkill(tmp_path, pg_
             assert job["status"] in ("queued", "running") and time.time() < deadline, job
             time.sleep(0.1)
         assert job["indexed"] == 5
+
+        # a job accepted by A, which is killed at once: B finishes it (B claims it, or takes it over when A's lease lapses)
+        files = [("files", (f"k{i}.wav", tone_wav(700 + 31 * i, seconds=2.0))) for i in range(6)]
+        orphan = httpx.post(f"{a.url}/v1/collections/w/items?wait=false", files=files).json()["id"]
+        a.kill()
+        deadline = time.time() + 60
+        while (job := httpx.get(f"{b.url}/v1/jobs/{orphan}").json())["status"] != "completed":
+            assert job["status"] in ("queued", "running") and time.time() < deadline, job
+            time.sleep(0.2)
+        assert job["indexed"] == 6 and job["errors"] == []
+        a = serve(tmp_path / "data", pg_url, RECALL_CLUSTER__JOB_LEASE_S="2")
 
         # SIGKILL A in the middle of a stream of ingests: everything it acknowledged is found through B
         acknowledged: list[str] = []
