@@ -21,6 +21,7 @@ from app.settings import Settings  # noqa: E402
 # skips: pytest finds these hooks by their names in this module (see tests/system_deps.py).
 from tests.system_deps import (  # noqa: E402, F401
     pytest_configure,
+    require_system,
     pytest_runtest_logreport,
     pytest_runtest_setup,
     pytest_sessionfinish,
@@ -57,10 +58,11 @@ def catalog_backend(request) -> str:
 @pytest.fixture(scope="session")
 def pg_server():
     """One throwaway PostgreSQL 15 per test session (tests/cluster/pg_server.py)."""
-    from tests.cluster.pg_server import PgServer, available
+    from tests.cluster.pg_server import BIN, PgServer, available
 
+    require_system("postgresql")  # skipped with the package named when missing; fails under CI
     if not available():
-        pytest.skip("PostgreSQL 15 binaries not found (Debian package postgresql)")
+        pytest.skip(f"PostgreSQL binaries not usable in {BIN}")
     server = PgServer().start()
     yield server
     server.stop()

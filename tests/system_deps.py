@@ -1,8 +1,8 @@
 """System packages the tests use, and the one way a test asks for them.
 
 A test that needs a program from a Debian package says so (``@pytest.mark.system("ffmpeg")``,
-or ``require_system("ffmpeg")`` inside a fixture); browser tests (marker ``browser``) need
-chromium and the tests under tests/cluster/ need PostgreSQL without saying so. When the program
+or ``require_system("ffmpeg")`` inside a fixture, as the ``pg_server`` fixture does for
+PostgreSQL); browser tests (marker ``browser``) need chromium without saying so. When the program
 is missing the test is skipped with a reason that names the package and the command installing
 it, never failed or errored. `make test` installs the packages first (scripts/system_deps.sh), so
 such a skip means someone ran pytest on a machine without them; under CI (``CI=true``) the
@@ -26,7 +26,7 @@ MISSING = "missing system package"
 CHROMIUM = "/usr/bin/chromium"  # Debian's, as tests/web/conftest.py launches it
 
 
-def _postgres_bin() -> str | None:
+def postgres_bin() -> str | None:
     """The directory of initdb and pg_ctl: $RECALL_TEST_PG_BIN, else Debian's newest."""
     if configured := os.environ.get("RECALL_TEST_PG_BIN"):
         return configured if (Path(configured) / "initdb").is_file() else None
@@ -41,7 +41,7 @@ REQUIREMENTS: dict[str, tuple[str, Callable[[], object]]] = {
     "espeak-ng": ("espeak-ng", lambda: shutil.which("espeak-ng")),
     "chromium": ("chromium", lambda: os.access(CHROMIUM, os.X_OK)),
     "chromedriver": ("chromium-driver", lambda: shutil.which("chromedriver")),
-    "postgresql": ("postgresql", _postgres_bin),
+    "postgresql": ("postgresql", postgres_bin),
 }
 
 
@@ -68,8 +68,6 @@ def _requirements_of(item: pytest.Item) -> list[str]:
     names = [name for marker in item.iter_markers("system") for name in marker.args]
     if item.get_closest_marker("browser"):
         names.append("chromium")
-    if Path(str(item.path)).is_relative_to(Path(__file__).parent / "cluster"):
-        names.append("postgresql")
     return names
 
 

@@ -160,3 +160,15 @@ def test_other_skips_do_not_fail_ci(tmp_path: Path) -> None:
 def test_unknown_requirement_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="unknown system requirement"):
         missing_reason("ffmpg")
+
+
+def test_postgres_binaries_come_from_the_variable_or_the_newest_debian_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.system_deps import postgres_bin
+
+    monkeypatch.setenv("RECALL_TEST_PG_BIN", str(tmp_path))
+    assert postgres_bin() is None  # no initdb there: missing, so the tests needing it skip
+    (tmp_path / "initdb").write_text("")
+    assert postgres_bin() == str(tmp_path)
+    monkeypatch.delenv("RECALL_TEST_PG_BIN")
+    found = postgres_bin()
+    assert found is None or found.startswith("/usr/lib/postgresql/") and found.endswith("/bin")

@@ -15,7 +15,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-BIN = Path(os.environ.get("RECALL_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
+from tests.system_deps import postgres_bin
+
+# $RECALL_TEST_PG_BIN, else the newest /usr/lib/postgresql/*/bin (15 on Debian 12)
+BIN = Path(postgres_bin() or os.environ.get("RECALL_TEST_PG_BIN") or "/usr/lib/postgresql/15/bin")
 
 
 def available() -> bool:

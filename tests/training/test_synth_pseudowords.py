@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ def test_pseudo_words_are_distinct_seeded_and_not_reserved() -> None:
     assert words == pseudo_words(300, np.random.default_rng(0))
 
 
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed (make test installs it)")
+@pytest.mark.system("espeak-ng")  # skipped with the package named when missing (tests/system_deps.py)
 def test_small_run_gives_a_manifest_with_one_label_per_language_and_word(tmp_path: Path) -> None:
     manifest = synthesise_pseudowords(tmp_path / "pw", words_per_language=2, voices=2, sample_rate=8000, seed=1,
                                       languages=("de", "es"))
