@@ -116,6 +116,7 @@ class DynamicBatcher(Generic[In, Out]):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{name}")
         self._stopped = False
         self._expected = 0  # requests that announced inputs on their way (see expecting)
+        self.batch_has_query = False  # whether the batch being run holds an impatient group
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -226,17 +227,28 @@ class DynamicBatcher(Generic[In, Out]):
         return self._expected > 0 or any(group.patient for group in self._queue)
 
     def _take_batch(self) -> list[tuple[_Group[In], int, int]]:
+        """Inputs for the next batch: impatient groups (queries) first, in arrival order, then
+        patient ones (ingest). A query queued behind a long recording's hundreds of windows
+        would otherwise wait for all of them: seconds of search latency during an ingest."""
         slices = []
         room = self.max_batch_size
-        while self._queue and room > 0:
-            group = self._queue[0]
-            start = group.taken
-            stop = min(len(group.inputs), start + room)
-            slices.append((group, start, stop))
-            group.taken = stop
-            room -= stop - start
-            if group.taken == len(group.inputs):
-                self._queue.popleft()
+        for take_patient in (False, True):
+            for group in list(self._queue):
+                if room == 0:
+                    break
+                if group.patient != take_patient:
+                    continue
+                if group.future.done():  # cancelled or failed: costs no model time
+                    self._discard(group)
+                    continue
+                start = group.taken
+                stop = min(len(group.inputs), start + room)
+                slices.append((group, start, stop))
+                group.taken = stop
+                room -= stop - start
+                if group.taken == len(group.inputs):
+                    self._discard(group)
+        self.batch_has_query = any(not group.patient for group, _, _ in slices)
         return slices
 
     def _drop_cancelled(self) -> None:

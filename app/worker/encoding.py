@@ -19,12 +19,13 @@ log = logging.getLogger(__name__)
 
 Row = tuple[np.ndarray, np.ndarray]  # (float vector, packed code) of one input
 
-# Batches up to this size (queries) run on one intra-op thread. Measured on the 2-core machine:
-# the speech model encodes one window in 3.8 ms on one thread and 5.1 ms on two (9.2 ms of CPU:
-# the second thread mostly spins), and even 16 windows gain nothing from a second thread; that
-# core is better spent parsing and decoding the next requests. Larger (ingest) batches use the
-# configured ``torch_threads``. torch's thread count is per OS thread (OpenMP), so each batcher
-# thread sets its own without touching the others.
+# Batches that hold a query, and any batch up to SMALL_BATCH inputs, run on one intra-op thread.
+# Measured on the 2-core machine: the speech model encodes one window in 3.8 ms on one thread and
+# 5.1 ms on two (9.2 ms of CPU: the second thread mostly spins), 16 windows gain nothing from a
+# second thread, and with the machine busy (load 10) a batch of 32 took 460 ms and 230 ms of CPU
+# on two threads against 80-150 ms and 60 ms on one. That core is better spent parsing and
+# decoding the next requests. Other large batches (ingest) use the configured ``torch_threads``.
+# torch's thread count is per OS thread (OpenMP), so each batcher thread sets its own.
 SMALL_BATCH = 16
 
 
@@ -122,7 +123,7 @@ class EncoderPool:
             run = {"encode": _run_encode, "text": _run_text, "rerank": _run_rerank}[op]
             size = 1 if op == "rerank" else self.batching.max_batch_size
             threads = _ThreadCount(torch.get_num_threads())  # the configured count, read on the loop's thread
-            self._batchers[key] = DynamicBatcher(
+            self._batchers[key] = threads.batcher = DynamicBatcher(
                 lambda batch, run=run, threads=threads: run(encoder, threads.fit(batch)),
                 max_batch_size=size,
                 max_wait_s=self.batching.max_wait_ms / 1000,
@@ -149,9 +150,11 @@ class _ThreadCount:
     def __init__(self, configured: int) -> None:
         self.configured = configured
         self.current: int | None = None
+        self.batcher: DynamicBatcher[Any, Any] | None = None
 
     def fit(self, batch: list[Any]) -> list[Any]:
-        wanted = 1 if len(batch) <= SMALL_BATCH else self.configured
+        query = self.batcher is not None and self.batcher.batch_has_query
+        wanted = 1 if query or len(batch) <= SMALL_BATCH else self.configured
         if wanted != self.current:
             torch.set_num_threads(wanted)
             self.current = wanted

@@ -174,3 +174,31 @@ def test_a_patient_group_in_the_batch_still_waits_for_company():
         await batcher.stop()
 
     asyncio.run(main())
+
+
+def test_queries_go_before_a_long_recordings_windows():
+    """A query submitted after a 100-window ingest group is in the very next batch."""
+
+    async def main():
+        rec = Recorder()
+        gate = threading.Event()
+
+        def slow_first(batch):
+            gate.wait(10)  # hold the first batch so both groups are queued behind it
+            return rec(batch)
+
+        batcher = DynamicBatcher(slow_first, max_batch_size=8, max_wait_s=0)
+        ingest = asyncio.ensure_future(batcher.submit_many(list(range(100, 200))))
+        await asyncio.sleep(0.05)  # the first ingest batch is running
+        query = asyncio.ensure_future(batcher.submit(7, patient=False))
+        await asyncio.sleep(0.05)
+        gate.set()
+        assert await query == 70
+        assert await ingest == [x * 10 for x in range(100, 200)]
+        assert rec.calls[0] == list(range(100, 108))
+        assert rec.calls[1][0] == 7  # the query leads the second batch, the ingest fills the rest
+        assert rec.calls[1][1:] == list(range(108, 115))
+        assert [x for call in rec.calls for x in call if x != 7] == list(range(100, 200))  # ingest order kept
+        await batcher.stop()
+
+    asyncio.run(main())
