@@ -43,6 +43,11 @@ def sync_collection(services: "Services", name: str) -> None:
     state.index.catch_up(services.catalog, seq)
 
 
+def _sync_locked(services: "Services", name: str) -> None:
+    with services._sync_lock:  # the same lock request paths take: one opener per collection
+        sync_collection(services, name)
+
+
 def _retire(services: "Services", name: str, state: "CollectionState") -> None:
     if services.collections.get(name) is state:
         services.collections.pop(name, None)
@@ -55,7 +60,7 @@ async def follow(services: "Services") -> None:
         try:
             names = {c.name for c in await asyncio.to_thread(services.catalog.list_collections)}
             for name in sorted(names | set(services.collections)):
-                await asyncio.to_thread(sync_collection, services, name)
+                await asyncio.to_thread(_sync_locked, services, name)
             while services.retired:
                 state = services.retired.pop()
                 await services.close_state(state)

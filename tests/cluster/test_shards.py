@@ -17,6 +17,7 @@ from app.cluster.ray_runtime import NAMESPACE
 from app.cluster.remote_index import RemoteCollectionIndex, actor_name
 from app.cluster.topk import ordered_topk
 from app.encoders.base import l2_normalise, sign_codes
+from app.errors import Unhealthy
 from app.index import BinaryIndex, FloatIndex
 from app.index.exact import hamming_distances, inner_products
 from app.main import create_app
@@ -72,6 +73,19 @@ def test_sharded_search_equals_one_index_ties_included(pg_url, ray_session):
         pick = ids[::7]
         assert np.array_equal(sharded.float.reconstruct(pick), one.float.reconstruct(pick))
         sharded.delete_files()
+
+    # a shard that is gone for good (not restarting): the search fails naming it, never a short list
+    import ray
+
+    sharded = RemoteCollectionIndex.open(collection, Settings(catalog_url=pg_url, ray_address="auto", index_shards=3))
+    ray.kill(sharded.actors[1], no_restart=True)
+    with pytest.raises(Unhealthy, match="index shard 2 of 3 of collection 'c' is unavailable"):
+        sharded.binary.search(queries["binary"], 5)
+    again = RemoteCollectionIndex.open(collection, Settings(catalog_url=pg_url, ray_address="auto", index_shards=3))
+    again.catch_up(catalog)
+    want = ordered_topk(one.binary, queries["binary"], 5, BinaryIndex.ASCENDING, BinaryIndex.PAD_VALUE)
+    assert np.array_equal(again.binary.search(queries["binary"], 5)[1], want[1])  # recreated, rebuilt from the catalog
+    again.delete_files()
 
 
 def _seed(client, n=12):
