@@ -12,8 +12,10 @@ so a job can be polled on any process.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import shutil
 import socket
 import time
 import uuid
@@ -42,12 +44,36 @@ class JobRunner:
 
     async def start(self) -> None:
         if not self.services.shared:
+            await asyncio.to_thread(self._import_legacy_jobs)
             # the embedded catalog has one owner: whatever it was running died with the last process
             resumed = await asyncio.to_thread(self.catalog.requeue_running_jobs)
             if resumed:
                 log.info("resuming %d ingest job(s)", resumed)
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    def _import_legacy_jobs(self) -> None:
+        """Move jobs a release before this one kept under ``data/jobs/<id>/`` into the catalog.
+
+        An accepted but unfinished job must survive the upgrade too; finished ones stay pollable.
+        """
+        root = self.services.data_dir / "jobs"
+        if not root.is_dir():
+            return
+        for directory in sorted(root.iterdir()):
+            state_path = directory / "state.json"
+            if state_path.is_file() and self.catalog.get_job(directory.name) is None:
+                state = json.loads(state_path.read_text())
+                files = [(f["filename"], f["id"], f["metadata"], (directory / f["path"]).read_bytes())
+                         for f in state["files"] if (directory / f["path"]).is_file()]
+                self.catalog.create_job(state["id"], state["collection"], files, state["created_at"], total=state["total"])
+                if state["status"] in ("completed", "failed"):
+                    self.catalog.finish_job(state["id"], state["status"], state["finished_at"] or time.time(),
+                                            indexed=state["indexed"], errors=state["errors"], error=state.get("error"),
+                                            done=state["done"])
+                log.info("imported ingest job %s (%s) from %s", state["id"], state["status"], directory)
+            shutil.rmtree(directory, ignore_errors=True)  # no state.json: died before its 202, never acknowledged
+        root.rmdir()
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)

@@ -18,13 +18,16 @@ class JobRows:
 
     _skip_locked = ""  # PostgreSQL: " FOR UPDATE SKIP LOCKED", so two runners never claim one job
 
-    def create_job(self, job_id: str, collection: str, files: list[tuple[str, str | None, dict[str, Any], bytes]], now: float) -> None:
-        """Store a queued job and its files (filename, item id, metadata, bytes) in one transaction."""
+    def create_job(self, job_id: str, collection: str, files: list[tuple[str, str | None, dict[str, Any], bytes]], now: float,
+                   total: int | None = None) -> None:
+        """Store a queued job and its files (filename, item id, metadata, bytes) in one transaction.
+
+        ``total`` defaults to the number of files (an imported, finished job has none left)."""
         with self._lock, self._transaction():  # type: ignore[attr-defined]
             self._execute(  # type: ignore[attr-defined]
                 "INSERT INTO jobs (id, collection, status, total, done, indexed, errors, created_at)"
                 " VALUES (?, ?, 'queued', ?, 0, 0, '[]', ?)",
-                (job_id, collection, len(files), now),
+                (job_id, collection, len(files) if total is None else total, now),
             )
             for n, (filename, item_id, metadata, data) in enumerate(files):
                 self._execute(  # type: ignore[attr-defined]
