@@ -101,6 +101,7 @@ def test_create_a_collection_choosing_its_encoder(empty_page: Page) -> None:
 def test_add_photos_and_see_a_wrong_kind_of_file_explained(empty_page: Page, tmp_path: Path) -> None:
     page = empty_page
     expect(page.get_by_label("Collection", exact=True)).to_have_value("my-photos")
+    expect(page.locator("#collection-info")).to_contain_text("0 items")
     photo = _photo(tmp_path / "red.png", (200, 30, 30))
     page.get_by_label("Add files to this collection:").set_input_files(photo)
     expect(page.locator("#uploads li[data-file='red.png'] .status")).to_contain_text("indexed as red.png")
@@ -119,6 +120,7 @@ def test_add_photos_and_see_a_wrong_kind_of_file_explained(empty_page: Page, tmp
 
 def test_delete_a_collection_after_confirming_brings_the_empty_state_back(empty_page: Page) -> None:
     page = empty_page
+    expect(page.locator("#collection-info")).to_contain_text("1 items")
     page.get_by_role("button", name="Delete this collection…").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text('Delete the collection "my-photos" with its 1 items')

@@ -52,11 +52,11 @@ async function loadCollections(wanted, keepBanner = false) {
     $("collection-info").textContent = "No collections yet.";
     return;
   }
-  showWork(true);
   const names = collections.map((c) => c.name);
   const remembered = localStorage.getItem(COLLECTION_STORAGE);
   select.value = [wanted, remembered].find((name) => names.includes(name)) || names[0];
   await selectCollection(select.value);
+  showWork(Boolean(state.collection)); // shown once usable: no control acts on a collection not yet loaded
 }
 
 async function selectCollection(name) {
