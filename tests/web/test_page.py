@@ -215,6 +215,7 @@ def test_keyboard_only_key_collection_and_search(page: Page) -> None:
     page.keyboard.press("End")  # the last collection: demo-words
     expect(page.locator("#audio-query")).to_be_visible()
     expect(page.get_by_label("Collection", exact=True)).to_have_value("demo-words")
+    expect(page.locator("#items li[data-id='digit-6-george']")).to_be_visible()  # its items, not the last ones
     button = page.locator("#items li").first.get_by_role("button", name="Search with this")
     for _ in range(80):  # Tab through the page to the first item's button
         page.keyboard.press("Tab")
