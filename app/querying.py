@@ -113,6 +113,7 @@ async def run_search(
     )
     t = time.perf_counter()
     # without re-ranking the hits are final: their catalog rows come in the search's own thread call
+    searched_from = time.monotonic()  # cluster mode: shard calls inside this window are this search's
     hits = await search(services.catalog, state.collection, state.index, state.scans, query, options, with_items=not rerank)
     timings["search_ms"] = (time.perf_counter() - t) * 1000
     rerank_scores = None
@@ -137,7 +138,11 @@ async def run_search(
     mode = "binary" if params.mode == "binary" else "float"
     results = to_results(hits, items, mode, state.collection.bits, rerank_scores)
     timings["total_ms"] = (time.perf_counter() - started) * 1000
-    return {"results": results, "timings": timings, "mode": params.mode, "collection": name}
+    response = {"results": results, "timings": timings, "mode": params.mode, "collection": name}
+    missed = getattr(state.index, "shards_missed", None)  # Ray shards: 503, or marked partial on request
+    if missed is not None and (partial := missed(searched_from, time.monotonic(), params.partial)):
+        response["partial"] = partial
+    return response
 
 
 def _item_vectors(services: Services, state: CollectionState, hits: list[ItemHit]) -> dict[str, np.ndarray]:

@@ -78,6 +78,10 @@ class SearchRequest(BaseModel):
     nms_iou: float = Field(0.3, ge=0, le=1)
     rerank: bool = True
     rerank_top: int = Field(100, ge=1, le=1000)
+    partial: bool = Field(
+        False, description="cluster mode: while an index shard is unavailable, answer 200 with the other shards' "
+        "results marked `partial` instead of 503",
+    )
 
 
 class SegmentPublic(BaseModel):
@@ -97,8 +101,18 @@ class ResultPublic(BaseModel):
     rerank_score: float | None = None
 
 
+class PartialPublic(BaseModel):
+    """Present only when shards were missing and the request asked for `partial`: the results are
+    those of the shards that answered."""
+
+    missing_shards: list[int]
+    shards: int
+    reason: str
+
+
 class SearchResponse(BaseModel):
     results: list[ResultPublic]
     timings: dict[str, float]
     mode: str
     collection: str
+    partial: PartialPublic | None = None

@@ -8,8 +8,9 @@ it only remembers the latest catalog sequence it has seen (``required_seq``) and
 every call, and each shard replays the catalog up to it before answering.
 
 A shard that does not answer (killed, restarting, its node gone, or slower than
-``SHARD_TIMEOUT_S``) fails the search with 503 and a reason naming the shard; never a silently
-short list. Shard actors are named, detached and restarted by Ray without limit, so every API
+``SHARD_TIMEOUT_S``) fails the search with 503 and a reason naming the shard, or, when the
+request asks for it (``"partial": true``), gives the merged answer of the other shards marked
+``partial``; never a silently short list (see :meth:`RemoteCollectionIndex.shards_missed`). Shard actors are named, detached and restarted by Ray without limit, so every API
 process finds the same actors and a restarted one rebuilds its partition from PostgreSQL.
 """
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -30,7 +33,7 @@ from app.storage.records import Collection
 
 log = logging.getLogger(__name__)
 
-SHARD_TIMEOUT_S = 30.0  # one search's wait for a shard before answering 503
+SHARD_TIMEOUT_S = 10.0  # one search's wait for a shard (a restarting one queues calls) before counting it missing
 BUILD_TIMEOUT_S = 1800.0  # a new or restarted shard rebuilding its partition from PostgreSQL
 
 
@@ -53,6 +56,7 @@ class RemoteCollectionIndex:
         self._total = 0
         self._memory = 0
         self._lock = threading.Lock()
+        self._failures: deque[tuple[float, float, tuple[tuple[int, str], ...]]] = deque(maxlen=1024)
         self.unsnapshotted = 0
         self.snapshots = False
         self.binary = _RemoteKind(self, "binary", BinaryIndex) if "binary" in collection.index_kinds else None
@@ -75,29 +79,68 @@ class RemoteCollectionIndex:
             for n in range(count)
         ]
         self = cls(collection, actors)
-        self._call("sync", 0, timeout=BUILD_TIMEOUT_S)  # wait for the partitions to be built
+        self._call("sync", 0, timeout=BUILD_TIMEOUT_S, strict=True)  # wait for the partitions to be built
         return self
 
     # --- scatter ------------------------------------------------------------------------------
 
-    def _call(self, method: str, *args: Any, timeout: float = SHARD_TIMEOUT_S) -> list[Any]:
+    def _call(self, method: str, *args: Any, timeout: float = SHARD_TIMEOUT_S, strict: bool = False) -> list[Any]:
+        """Call every shard; a shard that fails or does not answer in time gives None.
+
+        Each miss is recorded with the call's start and end (see :meth:`shards_missed`), so the
+        request whose call it was answers 503 or a marked partial result, never a silently
+        short list; ``strict`` raises at once instead.
+        """
         import ray
         from ray import exceptions as rex
 
+        start = time.monotonic()
+        deadline = start + timeout
         refs = [getattr(actor, method).remote(*args) for actor in self.actors]
-        results = []
+        results: list[Any] = []
+        missing: list[tuple[int, str]] = []
         for number, ref in enumerate(refs):
             try:
-                results.append(ray.get(ref, timeout=timeout))
+                results.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
             except (rex.GetTimeoutError, rex.RayActorError, rex.RayTaskError, rex.RaySystemError) as exc:
-                for pending in refs[number + 1 :]:
-                    ray.cancel(pending, force=False)
+                ray.cancel(ref, force=False)
                 reason = "did not answer in time" if isinstance(exc, rex.GetTimeoutError) else f"is unavailable ({type(exc).__name__})"
-                raise Unhealthy(
-                    f"index shard {number + 1} of {len(self.actors)} of collection {self.collection.name!r} {reason};"
-                    " it is restarted automatically and rebuilds from the catalog: retry shortly",
-                ) from exc
+                missing.append((number, reason))
+                results.append(None)
+        if missing:
+            with self._lock:
+                self._failures.append((start, time.monotonic(), tuple(missing)))
+            if strict:
+                raise self._unavailable(missing)
         return results
+
+    def _unavailable(self, missing: list[tuple[int, str]] | tuple[tuple[int, str], ...]) -> Unhealthy:
+        number, reason = missing[0]
+        return Unhealthy(
+            f"index shard {number + 1} of {len(self.actors)} of collection {self.collection.name!r} {reason}; it is "
+            "restarted automatically and rebuilds from the catalog: retry shortly, or ask for a partial result "
+            "with \"partial\": true",
+            details={"missing_shards": sorted({m[0] + 1 for m in missing}), "shards": len(self.actors)},
+        )
+
+    def shards_missed(self, since: float, until: float, allow_partial: bool) -> dict[str, Any] | None:
+        """Whether a shard call made between two ``time.monotonic()`` readings missed shards.
+
+        A request reads the clock before and after its search: its own shard calls lie inside
+        that window (a batch containing its query starts after the query was submitted), so any
+        miss inside the window may be its own. Then: 503 (``Unhealthy``), or with
+        ``allow_partial`` the marker its response carries. Conservative: a miss by another
+        request's call inside the window marks this one too.
+        """
+        with self._lock:
+            misses = [m for start, end, found in self._failures if start >= since and end <= until for m in found]
+        if not misses:
+            return None
+        if not allow_partial:
+            raise self._unavailable(misses)
+        numbers = sorted({m[0] + 1 for m in misses})
+        return {"missing_shards": numbers, "shards": len(self.actors),
+                "reason": "; ".join(sorted({f"shard {m[0] + 1} {m[1]}" for m in misses}))}
 
     def _refresh(self) -> None:
         target = self.required_seq
@@ -105,9 +148,10 @@ class RemoteCollectionIndex:
             return
         stats = self._call("sync", target)
         with self._lock:
-            self._total = sum(s["segments"] for s in stats)
-            self._memory = sum(s["memory_bytes"] for s in stats)
-            self._synced_seq = max(self._synced_seq, target)
+            self._total = sum(s["segments"] for s in stats if s is not None)
+            self._memory = sum(s["memory_bytes"] for s in stats if s is not None)
+            if all(s is not None for s in stats):
+                self._synced_seq = max(self._synced_seq, target)
 
     # --- the CollectionIndex interface -----------------------------------------------------------
 
@@ -139,7 +183,7 @@ class RemoteCollectionIndex:
         return self._memory
 
     def shard_stats(self) -> list[dict[str, Any]]:
-        return self._call("stats")
+        return self._call("stats", strict=True)
 
     def snapshot(self, catalog: Any) -> None:
         """Nothing to write: the shards rebuild from the catalog."""
@@ -165,7 +209,11 @@ class _RemoteKind:
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         parts = self.owner._call("search", self.kind, np.ascontiguousarray(queries), int(k), self.owner.required_seq)
-        return merge_topk([(p[0], p[1]) for p in parts], int(k), ascending=self.cls.ASCENDING)
+        answered = [(p[0], p[1]) for p in parts if p is not None]
+        if not answered:  # every shard missing: an empty (and recorded) answer
+            return (np.full((len(queries), int(k)), self.cls.PAD_VALUE, dtype=self.cls.SCORE_DTYPE),
+                    np.full((len(queries), int(k)), -1, dtype=np.int64))
+        return merge_topk(answered, int(k), ascending=self.cls.ASCENDING)
 
     def reconstruct(self, ids: np.ndarray) -> np.ndarray:
         """Vectors of ``ids`` from whichever shard holds each; an id deleted since the scan gets zeros."""
@@ -174,9 +222,10 @@ class _RemoteKind:
         width = self.owner.collection.dim if self.kind == "float" else self.owner.collection.bits // 8
         out = np.zeros((len(ids), width), dtype=np.float32 if self.kind == "float" else np.uint8)
         where = {int(i): n for n, i in enumerate(ids.tolist())}
-        for found, vectors in parts:
-            for sid, vector in zip(found.tolist(), vectors):
-                out[where[sid]] = vector
+        for part in parts:
+            if part is not None:
+                for sid, vector in zip(part[0].tolist(), part[1]):
+                    out[where[sid]] = vector
         return out
 
     def reconstruct_present(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -184,8 +233,9 @@ class _RemoteKind:
         ids = np.asarray(ids, dtype=np.int64)
         parts = self.owner._call("reconstruct", self.kind, ids, self.owner.required_seq)
         found: dict[int, np.ndarray] = {}
-        for present, vectors in parts:
-            found.update(zip(present.tolist(), vectors))
+        for part in parts:
+            if part is not None:
+                found.update(zip(part[0].tolist(), part[1]))
         keep = np.asarray([i for i in ids.tolist() if i in found], dtype=np.int64)
         width = self.dim if self.kind == "float" else self.bits // 8
         dtype = np.float32 if self.kind == "float" else np.uint8
@@ -200,7 +250,7 @@ class _RemoteKind:
         return len(self.owner)
 
     def ids(self) -> np.ndarray:
-        return np.sort(np.concatenate([np.asarray(p, dtype=np.int64) for p in self.owner._call("ids", self.kind)]))
+        return np.sort(np.concatenate([np.asarray(p, dtype=np.int64) for p in self.owner._call("ids", self.kind, strict=True)]))
 
     def memory_bytes(self) -> int:
         return self.owner.memory_bytes()

@@ -23,6 +23,7 @@ from app.index.exact import hamming_distances, inner_products
 from app.main import create_app
 from app.settings import Settings
 from app.storage.index_store import CollectionIndex
+from app.storage.migrations import shard_key
 from app.storage.postgres import PostgresCatalog
 from app.storage.records import Collection, NewItem
 from tests.conftest import make_settings, tone_wav
@@ -79,8 +80,13 @@ def test_sharded_search_equals_one_index_ties_included(pg_url, ray_session):
 
     sharded = RemoteCollectionIndex.open(collection, Settings(catalog_url=pg_url, ray_address="auto", index_shards=3))
     ray.kill(sharded.actors[1], no_restart=True)
+    since = time.monotonic()
+    short = sharded.binary.search(queries["binary"], 5)  # the other shards' answer, recorded as short
     with pytest.raises(Unhealthy, match="index shard 2 of 3 of collection 'c' is unavailable"):
-        sharded.binary.search(queries["binary"], 5)
+        sharded.shards_missed(since, time.monotonic(), allow_partial=False)
+    assert sharded.shards_missed(since, time.monotonic(), allow_partial=True)["missing_shards"] == [2]
+    assert sharded.shards_missed(time.monotonic(), time.monotonic() + 1, allow_partial=False) is None  # later calls: clean
+    assert short[1].shape == (len(queries["binary"]), 5)
     again = RemoteCollectionIndex.open(collection, Settings(catalog_url=pg_url, ray_address="auto", index_shards=3))
     again.catch_up(catalog)
     want = ordered_topk(one.binary, queries["binary"], 5, BinaryIndex.ASCENDING, BinaryIndex.PAD_VALUE)
@@ -163,6 +169,20 @@ def test_ray_shards_serve_the_api_and_survive_a_killed_shard(tmp_path, pg_url, r
         assert outcomes and outcomes[-1][0] == 200
         for key in expected:  # recovered, with the same answers
             assert [r["id"] for r in _search(client, probes[key[1]], key[0]).json()["results"]] == expected[key]
+
+        # a shard gone for good: 503 naming it, or on request the other shard's results marked partial
+        everything = [r["id"] for r in _search(client, probes[0], "float", k=20).json()["results"]]
+        ray.kill(victim, no_restart=True)
+        refused = _search(client, probes[0], "float")
+        assert refused.status_code == 503 and refused.json()["error"]["details"]["missing_shards"] == [2]
+        partial = client.post("/v1/collections/t/search", files={"file": ("q.wav", probes[0])},
+                              data={"k": "5", "mode": "float", "partial": "true"})
+        assert partial.status_code == 200, partial.text
+        body = partial.json()
+        assert body["partial"]["missing_shards"] == [2] and body["partial"]["shards"] == 2
+        on_first_shard = [i for i in everything if shard_key(i) % 2 == 0]
+        assert [r["id"] for r in body["results"]] == on_first_shard[:5]  # exactly the answering shard's ranking
+        assert "partial" not in _search(plain, probes[0], "float").json()  # in-process: never partial
         client.delete("/v1/collections/t")
 
 
