@@ -66,7 +66,8 @@ def require_system(*names: str) -> None:
 
 def _requirements_of(item: pytest.Item) -> list[str]:
     names = [name for marker in item.iter_markers("system") for name in marker.args]
-    if item.get_closest_marker("browser"):
+    # the browser marker, or the chromium-launching fixture of tests/web/conftest.py without it
+    if item.get_closest_marker("browser") or "browser" in getattr(item, "fixturenames", ()):
         names.append("chromium")
     return names
 

@@ -172,3 +172,22 @@ def test_postgres_binaries_come_from_the_variable_or_the_newest_debian_version(t
     monkeypatch.delenv("RECALL_TEST_PG_BIN")
     found = postgres_bin()
     assert found is None or found.startswith("/usr/lib/postgresql/") and found.endswith("/bin")
+
+
+def test_browser_tests_need_chromium_with_the_marker_or_the_fixture() -> None:
+    from tests.system_deps import _requirements_of
+
+    class Item:
+        def __init__(self, markers: dict, fixturenames: tuple = ()) -> None:
+            self.markers, self.fixturenames = markers, fixturenames
+
+        def iter_markers(self, name: str):
+            return iter(self.markers.get(name, []))
+
+        def get_closest_marker(self, name: str):
+            return next(iter(self.markers.get(name, [])), None)
+
+    assert _requirements_of(Item({"browser": [pytest.mark.browser.mark]})) == ["chromium"]
+    assert _requirements_of(Item({}, ("page", "browser"))) == ["chromium"]
+    assert _requirements_of(Item({"system": [pytest.mark.system("ffmpeg", "sox").mark]})) == ["ffmpeg", "sox"]
+    assert _requirements_of(Item({}, ("tmp_path",))) == []
