@@ -24,14 +24,16 @@ WORKDIR /app
 
 # Every version comes from requirements.lock, the versions `make test` and CI install
 # (scripts/lock.sh refreshes it). torch first, from the CPU index, at the lock's torch==2.13.0:
-# left to the resolver, torch pulls multi-GB CUDA wheels.
+# left to the resolver, torch pulls multi-GB CUDA wheels. --no-deps: that index carries only
+# some versions of torch's own dependencies; the next layer installs them from PyPI at the
+# lock's versions.
 COPY requirements.lock ./
-RUN pip install -c requirements.lock torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+RUN pip install --no-deps -c requirements.lock torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 
 # Dependencies in their own layer, keyed on pyproject.toml and the lock only, so editing code
 # does not reinstall them. The list comes straight from pyproject (tomllib is in 3.11's stdlib;
-# the image needs neither the test nor the cluster extra); the lock pins each version, and the
-# torch pin is already satisfied by the CPU wheel above.
+# the image needs neither the test nor the cluster extra); the lock pins each version, torch's
+# dependencies included, and the torch pin is already satisfied by the CPU wheel above.
 COPY pyproject.toml ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \
