@@ -220,12 +220,10 @@ def test_ingest_encodes_on_ray_workers_and_survives_a_killed_worker(tmp_path, pg
         thread.join()
         assert ray.get(victim.where.remote(), timeout=60)["pid"] != old_pid  # restarted
         catalog = PostgresCatalog(pg_url)
-        acknowledged = [r["id"] for r in first.json()["indexed"]]
-        if outcome["r"].status_code == 200:
-            acknowledged += [r["id"] for r in outcome["r"].json()["indexed"]]
-        else:  # failed as a whole: nothing of it is visible
-            assert {i["id"] for i in catalog.list_items("e", 100, 0)} == set(list(clips)[:4])
-        assert len(acknowledged) >= 4
+        # the killed worker's batches were retried on its restarted self (max_task_retries): the ingest succeeds
+        assert outcome["r"].status_code == 200, outcome["r"].text
+        acknowledged = [r["id"] for r in first.json()["indexed"] + outcome["r"].json()["indexed"]]
+        assert sorted(acknowledged) == sorted(clips) and catalog.counts("e")[0] == 8
         for item_id in acknowledged:
             wave = decode_audio(clips[item_id], target_rate=local.sample_rate, filename="x.wav")
             windows, _ = cut_windows(wave, local.sample_rate, 1.0, 0.5)
