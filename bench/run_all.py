@@ -14,6 +14,7 @@ BENCHES = [
     ["bench.bench_service"],
     ["bench.bench_image_text"],
     ["bench.bench_audio"],
+    ["bench.query_path"],  # the real server on loopback: latency, throughput at 1-64 clients, formats, text, ingest
 ]
 
 
