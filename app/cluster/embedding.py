@@ -46,6 +46,7 @@ class EmbedWorker:
         self.specs = discover(extra_dirs)
         self.device = device
         self.encoders: dict[str, Any] = {}
+        self.batches = 0
 
     def encode(self, name: str, inputs: list[Any]) -> tuple[np.ndarray, np.ndarray]:
         import torch
@@ -56,12 +57,13 @@ class EmbedWorker:
             self.encoders[name] = create_encoder(name, self.specs, self.device)
         with torch.inference_mode():
             emb = self.encoders[name].encode(inputs)
+        self.batches += 1
         return np.asarray(emb.floats, np.float32), np.asarray(emb.codes, np.uint8)
 
     def where(self) -> dict[str, Any]:
         import os
 
-        return {"pid": os.getpid(), "device": self.device}
+        return {"pid": os.getpid(), "device": self.device, "batches": self.batches}
 
 
 class RayEncoderPool(EncoderPool):

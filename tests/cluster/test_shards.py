@@ -211,6 +211,8 @@ def test_ingest_encodes_on_ray_workers_and_survives_a_killed_worker(tmp_path, pg
 
         names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("embed:")]
         assert len(names) == 2
+        # one ingest of 4 files (20 windows, batches of 4) kept both workers busy
+        assert all(ray.get(ray.get_actor(n, namespace=NAMESPACE).where.remote())["batches"] > 0 for n in names)
         victim = ray.get_actor(names[0], namespace=NAMESPACE)
         old_pid = ray.get(victim.where.remote())["pid"]
         thread = threading.Thread(target=second)
