@@ -9,8 +9,8 @@ Same SQL and semantics as the SQLite catalog (:mod:`app.storage.sql_catalog`). W
   a reader that sees ``last_seq == S`` can replay everything up to S exactly (see sql_catalog);
 * migrations run under a transaction-scoped advisory lock, so processes starting together
   migrate once;
-* segment rows go in with one pipelined ``executemany ... RETURNING`` (a 10-minute recording is
-  1200 rows, not 1200 round trips).
+* segment rows go in with one COPY after drawing their ids from the column's sequence (a
+  10-minute recording is 1200 rows, not 1200 round trips).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import psycopg
 from psycopg import errors as pg_errors
 
-from app.storage.sql_catalog import _SEGMENT_INSERT, SqlCatalog
+from app.storage.sql_catalog import SqlCatalog
 
 MIGRATION_LOCK = 0x52454341  # "RECA": the advisory lock id migrations take
 
@@ -102,13 +102,15 @@ class PostgresCatalog(SqlCatalog):
     def _insert_segments(self, rows: list[tuple]) -> list[int]:
         if not rows:
             return []
-        ids: list[int] = []
+        # ids drawn from the column's own sequence, then one COPY: an order of magnitude fewer
+        # round trips and parse steps than a row-by-row INSERT ... RETURNING
+        ids = sorted(int(r[0]) for r in self._execute(
+            "SELECT nextval(pg_get_serial_sequence('segments', 'segment_id')) FROM generate_series(1, ?)", (len(rows),)))
         with self._db.cursor() as cur:
-            cur.executemany(_pg(_SEGMENT_INSERT) + " RETURNING segment_id", rows, returning=True)
-            while True:
-                ids.append(int(cur.fetchone()[0]))
-                if not cur.nextset():
-                    break
+            with cur.copy('COPY segments (segment_id, collection, item_id, start, "end", embedding, code, seq, shard_key)'
+                          " FROM STDIN") as copy:
+                for sid, row in zip(ids, rows):
+                    copy.write_row((sid, *row))
         return ids
 
     def _duplicate_errors(self) -> tuple[type[BaseException], ...]:
