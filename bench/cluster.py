@@ -232,7 +232,9 @@ def main() -> None:
     out = {
         "what": "binary top-10 search and ingest, embedded (SQLite + in-process index) vs cluster (PostgreSQL + Ray shards)",
         "windows": args.windows, "bits": BITS, "dim": DIM, "k": K, "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "note": "all shards, PostgreSQL, Ray and the client share this machine's cores; on a real cluster each shard has its own",
+        "note": "all shards, PostgreSQL, Ray and the client share this machine's cores; on a real cluster each shard has its own. "
+                "The throwaway PostgreSQL runs with fsync=off (as in the tests), so cluster ingest is optimistic; SQLite "
+                "(embedded) runs with synchronous=FULL as the service does",
         "results": results, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
