@@ -64,6 +64,11 @@ class ClusterSettings(BaseModel):
         "Each takes one GPU when the Ray cluster has GPUs, else embed_cpus CPUs.",
     )
     embed_cpus: float = Field(1.0, gt=0, description="CPUs Ray reserves per embedding worker on a cluster without GPUs.")
+    tombstone_retention_s: float = Field(
+        3600.0, gt=0,
+        description="Cluster mode keeps deletion records this long for replicas to replay; a replica (API process "
+        "or shard actor) further behind rebuilds its index from the catalog instead.",
+    )
     job_lease_s: float = Field(
         20.0, gt=0,
         description="An ingest job's runner renews its claim this often (x4); a job whose runner stayed silent this "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0
+EXPIRE_EVERY_S = 60.0  # tombstone expiry (every process does it; it is idempotent)
 
 
 def sync_collection(services: "Services", name: str) -> None:
@@ -55,12 +57,18 @@ def _retire(services: "Services", name: str, state: "CollectionState") -> None:
 
 
 async def follow(services: "Services") -> None:
-    """Poll for collections created or deleted by other processes; stop retired scanners."""
+    """Poll for collections created or deleted by other processes; stop retired scanners; expire old tombstones."""
+    last_expiry = 0.0
     while True:
         try:
             names = {c.name for c in await asyncio.to_thread(services.catalog.list_collections)}
             for name in sorted(names | set(services.collections)):
                 await asyncio.to_thread(_sync_locked, services, name)
+            if time.time() - last_expiry > EXPIRE_EVERY_S:
+                last_expiry = time.time()
+                cutoff = last_expiry - services.settings.cluster.tombstone_retention_s
+                for name in sorted(names):
+                    await asyncio.to_thread(services.catalog.expire_tombstones, name, cutoff)
             while services.retired:
                 state = services.retired.pop()
                 await services.close_state(state)

@@ -146,8 +146,15 @@ class CollectionIndex:
             return target
 
     def _replay_range(self, catalog: Catalog, after: int, upto: int) -> None:
+        """Replay (after, upto]; rebuild instead when tombstones of that range may have expired."""
         name = self.collection.name
         gone = catalog.tombstones_after(name, after, upto)
+        # read after the tombstones: expiry deletes them and moves the horizon in one transaction,
+        # so a horizon still at or below `after` here means the tombstones read were complete
+        if after < catalog.tombstone_horizon(name):
+            log.info("%s: behind the tombstone horizon; rebuilding from the catalog", name)
+            self._rebuild_upto(catalog, upto)
+            return
         for _, index in self.indices():
             if len(gone):
                 index.remove(gone)
@@ -156,6 +163,25 @@ class CollectionIndex:
             for kind, index in self.indices():
                 index.remove(ids)
                 index.add(ids, codes if kind == "binary" else floats)
+
+    def _rebuild_upto(self, catalog: Catalog, upto: int) -> None:
+        """Make the indices equal the catalog at ``upto``, in place (shared scans hold these objects):
+        add the rows they lack, remove the ids the catalog no longer has. A segment id's vectors never
+        change, so rows already present are right."""
+        c = self.collection
+        present = {kind: index.ids() for kind, index in self.indices()}
+        seen = []
+        for ids, floats, codes in catalog.iter_segments(c.name, c.dim, c.bits, upto_seq=upto, shard=self.partition):
+            seen.append(ids)
+            for kind, index in self.indices():
+                new = ~np.isin(ids, present[kind])
+                if new.any():
+                    index.add(ids[new], (codes if kind == "binary" else floats)[new])
+        everything = np.concatenate(seen) if seen else np.zeros(0, np.int64)
+        for kind, index in self.indices():
+            stale = np.setdiff1d(present[kind], everything)
+            if len(stale):
+                index.remove(stale)
 
     def apply_shared(self, write: WriteResult, catalog: Catalog) -> None:
         """Apply this process's own committed write when the catalog is shared with other writers.

@@ -137,6 +137,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     # NULL for collections created before: they keep resolving the encoder by name
     Migration(3, "collections record the checkpoint version of their encoder",
               "ALTER TABLE collections ADD COLUMN encoder_version TEXT"),
+    # cluster mode expires old tombstones; a replica behind the horizon rebuilds instead of replaying
+    Migration(4, "the sequence up to which a collection's tombstones were expired",
+              "CREATE TABLE IF NOT EXISTS tombstone_horizons (collection TEXT PRIMARY KEY, seq BIGINT NOT NULL)"),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -143,7 +143,7 @@ class SqlCatalog(JobRows):
             self.get_collection(name)
             media = [r[0] for r in self._rows(
                 "SELECT media_path FROM items WHERE collection = ? AND media_path IS NOT NULL", (name,))]
-            for table in ("segments", "tombstones", "items", "writes"):
+            for table in ("segments", "tombstones", "items", "writes", "tombstone_horizons"):
                 self._execute(f"DELETE FROM {table} WHERE collection = ?", (name,))
             self._execute("DELETE FROM collections WHERE name = ?", (name,))
         return media
@@ -316,6 +316,33 @@ class SqlCatalog(JobRows):
         """Tombstones at or below a snapshot's sequence are no longer needed for replay."""
         with self._lock:
             self._execute("DELETE FROM tombstones WHERE collection = ? AND seq <= ?", (collection, upto_seq))
+
+    def tombstone_horizon(self, collection: str) -> int:
+        """Tombstones at or below this sequence may be gone (expired): replaying from before it is not exact."""
+        with self._lock:
+            row = self._one("SELECT seq FROM tombstone_horizons WHERE collection = ?", (collection,))
+        return int(row[0]) if row else 0
+
+    def expire_tombstones(self, collection: str, older_than: float) -> int:
+        """Cluster mode: drop tombstones of writes made before ``older_than`` (epoch seconds); returns the horizon.
+
+        No snapshot tells when every reader is past a tombstone (API processes and shard actors
+        replay on their own schedules), so they are kept for a retention period instead; a reader
+        further behind than that sees the horizon move past it and rebuilds (CollectionIndex.catch_up).
+        """
+        with self._lock, self._transaction():
+            self._lock_collection(collection)
+            row = self._one("SELECT MAX(seq) FROM writes WHERE collection = ? AND at < ?", (collection, older_than))
+            horizon = int(row[0] or 0)
+            if horizon:
+                self._execute("DELETE FROM tombstones WHERE collection = ? AND seq <= ?", (collection, horizon))
+                self._execute(
+                    "INSERT INTO tombstone_horizons (collection, seq) VALUES (?, ?) ON CONFLICT (collection) DO UPDATE"
+                    " SET seq = CASE WHEN excluded.seq > tombstone_horizons.seq THEN excluded.seq ELSE tombstone_horizons.seq END",
+                    (collection, horizon),
+                )
+            row = self._one("SELECT seq FROM tombstone_horizons WHERE collection = ?", (collection,))
+        return int(row[0]) if row else 0
 
     def all_segment_ids(self, collection: str, shard: tuple[int, int] | None = None) -> np.ndarray:
         where, extra = _seq_filter(None, shard)

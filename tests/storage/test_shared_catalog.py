@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -155,3 +156,26 @@ def test_concurrent_writers_get_sequences_in_commit_order(open_catalog):
     index = CollectionIndex.build(_collection(), reader, shards=1)
     assert index.applied_seq == max(seqs) and len(index) == 2 * 24
     assert reader.counts("c") == (24, 48)
+
+
+def test_expired_tombstones_make_a_replica_behind_the_horizon_rebuild(open_catalog):
+    writer, reader = open_catalog(), open_catalog()
+    writer.create_collection(_collection())
+    writer.upsert_items("c", [_item("a"), _item("b", seed=1), _item("c", seed=2)])
+    behind = CollectionIndex.build(reader.get_collection("c"), reader, shards=1)
+    current = CollectionIndex.build(reader.get_collection("c"), reader, shards=1)
+    scanned_object = behind.binary  # a shared scan holds this object: it must stay the one updated
+    writer.delete_item("c", "b")
+    writer.upsert_items("c", [_item("a", n=3, seed=7)])
+    current.catch_up(reader)
+    assert writer.tombstone_horizon("c") == 0
+    horizon = writer.expire_tombstones("c", older_than=time.time() + 1)
+    assert horizon == writer.last_seq("c") and len(writer.tombstones_after("c", 0)) == 0
+    writer.upsert_items("c", [_item("d", seed=3)])
+    behind.catch_up(reader)  # its tombstones are gone: rebuilt, in place
+    current.catch_up(reader)  # was past the horizon: replayed as usual
+    expected = np.sort(reader.all_segment_ids("c"))
+    for index in (behind, current):
+        assert np.array_equal(index.binary.ids(), expected) and np.array_equal(index.float.ids(), expected)
+    assert behind.binary is scanned_object
+    assert writer.expire_tombstones("c", older_than=0) == horizon  # the horizon never moves back
