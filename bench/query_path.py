@@ -10,10 +10,16 @@ Starts ``recall serve`` (uvicorn, one worker) on 127.0.0.1 against a copy of a c
 * ``text``: text-to-image at 10^5 images, re-rank R = 100, and stage 1 only, one client;
 * ``ingest_under_search``: one client searching while a 10-minute recording is ingested.
 
+Requests come from ``bench.load``'s raw keep-alive client (~0.4 ms of CPU per request; httpx,
+~2.4 ms, is measured too at 1 and 16 clients). Every phase records the server's CPU time per
+query and how busy the whole machine was, since the 2 cores are shared with other jobs.
+
 ``--baseline REV`` exports that git revision's ``app/`` to a temporary directory and runs every
-phase against it too, interleaved with the working tree (same corpus, same load on the machine),
-so before/after ratios come from one run. ``--profile`` attaches py-spy to the working tree's
-server during the one-client WAV phase and writes a flame graph (SVG) and the collapsed stacks.
+phase against it too, one server after the other on copies of the same corpus, so before/after
+ratios come from one run (that revision must read the corpus's catalog schema: point ``--cache``
+at a fresh directory to build one with today's code if an old revision refuses it).
+``--profile`` attaches py-spy to each server during a one-client WAV phase and writes a flame
+graph (SVG), the collapsed stacks, and a per-category breakdown (``bench.profile_breakdown``).
 
     python -m bench.query_path [--baseline HEAD~3] [--profile] [--quick]
 """
@@ -22,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
 import os
 import platform
