@@ -42,12 +42,16 @@ def make_settings(tmp_path, **overrides) -> Settings:
 # --- catalog backends: the API contract tests run against the embedded SQLite catalog and PostgreSQL ---
 
 BACKEND_PARAMETRISED = ("tests/api/",)
+# these also run with the index on Ray shard actors (2 per collection); a shard actor is a process,
+# so the whole API suite on Ray would cost minutes: search and collections carry the sharded contract
+RAY_PARAMETRISED = ("tests/api/test_search.py", "tests/api/test_collections.py")
 
 
 def pytest_generate_tests(metafunc) -> None:
     # only the API contract tests take both backends; elsewhere `settings` stays the embedded default
     if "catalog_backend" in metafunc.fixturenames and any(part in metafunc.definition.nodeid for part in BACKEND_PARAMETRISED):
-        metafunc.parametrize("catalog_backend", ["sqlite", "postgres"], indirect=True)
+        ray = any(part in metafunc.definition.nodeid for part in RAY_PARAMETRISED)
+        metafunc.parametrize("catalog_backend", ["sqlite", "postgres", *(["ray"] if ray else [])], indirect=True)
 
 
 @pytest.fixture
@@ -75,11 +79,24 @@ def pg_url(pg_server) -> str:
 
 
 @pytest.fixture
-def backend_overrides(catalog_backend, request) -> dict:
+def backend_overrides(catalog_backend, request):
     """Settings overrides selecting the catalog backend (for tests that build their own settings)."""
+    if catalog_backend == "sqlite":
+        yield {}
+        return
+    url = request.getfixturevalue("pg_url")
     if catalog_backend == "postgres":
-        return {"catalog_url": request.getfixturevalue("pg_url")}
-    return {}
+        yield {"catalog_url": url}
+        return
+    ray = request.getfixturevalue("ray_session")
+    yield {"catalog_url": url, "ray_address": "auto", "index_shards": 2}
+    # shard actors are detached (they outlive an API process): end this test's ones
+    from app.cluster.ray_runtime import NAMESPACE
+    from app.cluster.remote_index import catalog_prefix
+
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["name"].startswith(catalog_prefix(url)):
+            ray.kill(ray.get_actor(actor["name"], namespace=NAMESPACE), no_restart=True)
 
 
 @pytest.fixture
