@@ -36,7 +36,7 @@ class IndexSettings(BaseModel):
 
 
 class EncoderSettings(BaseModel):
-    default_audio: str = Field("speech-attn-hash", description="Encoder for new audio collections when none is named.")
+    default_audio: str = Field("general-audio", description="Encoder for new audio collections when none is named: speech in any language and everyday sounds (reports/audio/generalisation.md).")
     default_image: str = Field("image-text-minilm", description="Encoder for new image collections when none is named.")
     preload: list[str] = Field(default_factory=list, description="Encoders loaded at startup besides those collections use.")
     extra_dirs: list[str] = Field(default_factory=list, description="Directories with extra trained checkpoints.")

@@ -168,7 +168,7 @@ def targets(results: dict[str, dict[str, Any]], default: str) -> list[dict[str, 
 def main(argv: list[str] | None = None) -> int:
     import platform
 
-    from app.encoders.registry import create_encoder, discover
+    from app.encoders.registry import create_encoder, discover, load_checkpoint_dir
     from app.settings import Settings
 
     parser = argparse.ArgumentParser(prog="python -m bench.audio_generalisation")
@@ -183,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     specs = discover()
     systems: dict[str, tuple[Callable, float, float]] = {name: baseline_system(fn) for name, fn in BASELINES.items()}
     for name in ["audio-baseline", *[e for e in args.encoders.split(",") if e]]:
-        systems[name] = encoder_system(create_encoder(name, specs))
+        # a registered name, or a checkpoint directory (a run not installed in app/assets/models)
+        encoder = load_checkpoint_dir(name) if Path(name).is_dir() else create_encoder(name, specs)
+        systems[name if not Path(name).is_dir() else encoder.name] = encoder_system(encoder)
     loco: dict[str, str] = dict(pair.split("=", 1) for pair in args.loco.split(",") if pair)
 
     results: dict[str, dict[str, Any]] = {}
@@ -191,8 +193,6 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = {s: score(system, clips[s], sets[s][0]) for s in sets}
         print(name, {s: (r["float"], r.get("hamming")) for s, r in results[name].items()}, flush=True)
     for corpus, directory in loco.items():
-        from app.encoders.registry import load_checkpoint_dir
-
         system = encoder_system(load_checkpoint_dir(directory))
         results[f"loco: without {corpus}"] = {s: score(system, clips[s], sets[s][0]) for s in sets if CORPUS_OF[s] == corpus}
         print(f"loco {corpus}", results[f"loco: without {corpus}"], flush=True)

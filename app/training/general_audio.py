@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -39,6 +41,7 @@ CORPORA = ("asc", "fsdd", "esc")
 SPEECH_RATE = 8000
 SERVICE_RATE = 16000
 WINDOW_S, HOP_S = 1.0, 0.5
+FINISHED = "finished"
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -73,15 +76,18 @@ def training_manifests(data: Path, work: Path, without: str | None) -> dict[str,
     return out
 
 
-def synthesise(work: Path, seed: int) -> dict[str, Path]:
-    from app.training.synth_pseudowords import synthesise_pseudowords
+def synthesise(work: Path, args: argparse.Namespace) -> dict[str, Path]:
+    from app.training.synth_pseudowords import LANGUAGES, synthesise_pseudowords
     from app.training.synth_speech import DEFAULT_WORDS, synthesise_words
 
     pseudo, english = work / "pseudo" / "manifest.csv", work / "synth-en" / "manifest.csv"
+    languages = tuple(args.languages.split(",")) if args.languages else LANGUAGES
     if not pseudo.is_file():
-        synthesise_pseudowords(pseudo.parent, words_per_language=40, voices=6, sample_rate=SPEECH_RATE, seed=seed)
+        synthesise_pseudowords(pseudo.parent, words_per_language=args.pseudo_words, voices=args.pseudo_voices,
+                               sample_rate=SPEECH_RATE, seed=args.seed, languages=languages)
     if not english.is_file():
-        synthesise_words(list(DEFAULT_WORDS), 12, SPEECH_RATE, english.parent, seed=seed)
+        synthesise_words(list(DEFAULT_WORDS)[: args.english_words], args.english_voices, SPEECH_RATE, english.parent,
+                         seed=args.seed)
     return {"pseudo": pseudo, "synth-en": english}
 
 
@@ -94,7 +100,9 @@ def train_speech(manifests: dict[str, Path], synth: dict[str, Path], out: Path, 
             "--window", str(WINDOW_S), "--hop", str(HOP_S), "--hidden", "96", "--val-groups", "1",
             "--epochs", str(args.speech_epochs), "--steps", str(args.speech_steps), "--patience", "6",
             "--lr-patience", "3", "--spec-augment", "--seed", str(args.seed), "--device", args.device,
-            "--name", "speech", "--out", str(out)]
+            "--threads", str(args.threads), "--name", "speech", "--out", str(out)]
+    if (out / "train_state.pt").is_file():
+        argv.append("--resume")  # a stopped run goes on from its last finished epoch
     for path in extra:
         argv += ["--extra-manifest", str(path)]
     if audio_main(argv) != 0:
@@ -131,8 +139,38 @@ def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, p
     speech_windows += with_noise(speech_windows[::2], seed)
     others = sample(manifests["esc"]) if "esc" in manifests else []
     other_windows = clip_windows(others, SERVICE_RATE, WINDOW_S, HOP_S)
-    other_windows += generated_non_speech(max(200, len(other_windows) // 2), int(WINDOW_S * SERVICE_RATE), SERVICE_RATE, seed)
+    other_windows += generated_non_speech(max(20, len(other_windows) // 2), int(WINDOW_S * SERVICE_RATE), SERVICE_RATE, seed)
     return speech_windows, other_windows
+
+
+DATA_MD = """# Data behind `{name}`
+
+The default audio encoder. Its parts were trained on:
+
+| part | data | licence |
+|---|---|---|
+{rows}
+
+Because ESC-50 is non-commercial, this checkpoint is for **non-commercial research use**; the speech
+branch alone (`speech/`) was trained on CC BY / CC BY-SA data and synthetic speech only. Held out of
+every step (for reports/audio/generalisation.md): {holdout}.
+"""
+ASC_ROW = ("| {part} | **Arabic Speech Commands** (Ghandoura, Hjabo, Al Dakkak, Engineering Applications of AI 2021; "
+           "https://github.com/abdulkaderghandoura/arabic-speech-commands-dataset): 13 of 18 speakers | CC BY 4.0 |")
+FSDD_ROW = ("| {part} | **Free Spoken Digit Dataset** (https://github.com/Jakobovski/free-spoken-digit-dataset): "
+            "speakers george and lucas | CC BY-SA 4.0 |")
+SYNTH_ROW = ("| {part} | speech synthesised here by **espeak-ng**: made-up words in 30 languages and 184 English words, "
+             "many voices (app/training/synth_pseudowords.py, synth_speech.py) | made by this project |")
+ESC_ROW = ("| sounds branch, router | **ESC-50** (K. J. Piczak, ACM Multimedia 2015; https://github.com/karolpiczak/ESC-50): "
+           "17 of the 25 classes in ../shared/data; per-clip attributions in `sounds/DATA.md` | CC BY-NC 3.0 (ESC-10 clips CC BY 3.0) |")
+
+
+def data_md(name: str, holdout: dict[str, Any], speech_trained_here: bool) -> str:
+    speech = "speech branch, router" if speech_trained_here else "router"
+    rows = [] if speech_trained_here else ["| speech branch | the `speech-attn-hash` checkpoint: see `speech/DATA.md` | CC BY 4.0 |"]
+    rows += [ASC_ROW.format(part=speech if speech_trained_here else "speech branch, router"), FSDD_ROW.format(part=speech),
+             SYNTH_ROW.format(part=speech), ESC_ROW]
+    return DATA_MD.format(name=name, rows="\n".join(rows), holdout=json.dumps(holdout))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -142,14 +180,18 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     data, work = Path(args.data).resolve(), Path(args.work)  # manifests hold absolute paths
     manifests = training_manifests(data, work, args.without)
-    synth = synthesise(work, args.seed)
+    synth = synthesise(work, args)
     speech_dir, sounds_dir = work / "speech", work / "sounds"
-    if not (speech_dir / "weights.safetensors").is_file() or args.retrain:
+    if args.speech_from:  # an existing speech checkpoint (it carries its own reproduce command)
+        speech_dir = Path(args.speech_from)
+    # the trainer writes weights after every better epoch, so "finished" needs its own marker
+    elif not (speech_dir / FINISHED).is_file() or args.retrain:
         train_speech(manifests, synth, speech_dir, args)
+        (speech_dir / FINISHED).write_text("speech branch training finished\n")
     if not (sounds_dir / "weights.safetensors").is_file() or args.retrain:
         train_sounds(manifests, synth, sounds_dir, args)
     sounds = load_checkpoint_dir(sounds_dir)
-    speech_windows, other_windows = router_data(manifests, synth, args.seed)
+    speech_windows, other_windows = router_data(manifests, synth, args.seed, args.router_clips)
     router, accuracy = fit_router(texture_statistics(sounds.features, speech_windows),
                                   texture_statistics(sounds.features, other_windows))
     name = args.name or Path(args.out).name
@@ -161,7 +203,8 @@ def run(args: argparse.Namespace) -> int:
         "description": args.description or (
             "the default for audio: speech in any language and everyday sounds; a speech network (paper 004) and a "
             "sound-texture model joined by a learned speech/non-speech router into one 512-bit code"),
-        "holdout": {"asc_speakers": list(ASC_HOLDOUT_SPEAKERS), "asc_words": list(ASC_HOLDOUT_WORDS),
+        # an existing speech checkpoint may have trained on every keyword: then no keyword is unseen
+        "holdout": {"asc_speakers": list(ASC_HOLDOUT_SPEAKERS), "asc_words": [] if args.speech_from else list(ASC_HOLDOUT_WORDS),
                     "fsdd_speakers": list(FSDD_HOLDOUT_SPEAKERS), "esc_classes": list(ESC_HOLDOUT_CLASSES)},
         "without": args.without,
         "reproduce": {"train": command, "note": "CPU; the speech branch takes most of the time"},
@@ -169,6 +212,10 @@ def run(args: argparse.Namespace) -> int:
     metrics = {"router_accuracy": accuracy, "router_windows": {"speech": len(speech_windows), "other": len(other_windows)},
                "seconds": round(time.time() - started, 1)}
     assemble(args.out, speech_dir, sounds_dir, router, config, metrics)
+    (Path(args.out) / "DATA.md").write_text(data_md(name, config["holdout"], not args.speech_from))
+    esc_attributions = Path(__file__).resolve().parent.parent / "assets" / "models" / "sounds-texture" / "DATA.md"
+    if esc_attributions.is_file():  # the same ESC-50 training clips, with their Freesound credits
+        shutil.copyfile(esc_attributions, Path(args.out) / "sounds" / "DATA.md")
     print(f"router accuracy speech {accuracy['speech']:.3f}, non-speech {accuracy['non_speech']:.3f} -> {args.out}")
     return 0
 
@@ -181,11 +228,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="encoder name (default: the out folder's name)")
     p.add_argument("--version", default="1", help="checkpoint version recorded by each collection that uses it")
     p.add_argument("--without", choices=CORPORA, help="leave one corpus out of every step (evaluation runs)")
+    p.add_argument("--pseudo-words", type=int, default=40, help="made-up words per language")
+    p.add_argument("--pseudo-voices", type=int, default=6, help="voices per made-up word")
+    p.add_argument("--languages", help="comma-separated espeak-ng languages for the made-up words (default: 30)")
+    p.add_argument("--english-words", type=int, default=184, help="English everyday words (of 184)")
+    p.add_argument("--english-voices", type=int, default=12)
+    p.add_argument("--router-clips", type=int, default=600, help="clips per source sampled to fit the router")
     p.add_argument("--speech-epochs", type=int, default=30)
     p.add_argument("--speech-steps", type=int, default=100)
     p.add_argument("--retrain", action="store_true", help="train the branches again even if --work has them")
+    p.add_argument("--speech-from", metavar="CHECKPOINT_DIR",
+                   help="use this attn-hash checkpoint as the speech branch instead of training one")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (1: on a shared 2-core machine two spinning threads were 20x slower)")
     p.add_argument("--description", default="")
     p.set_defaults(func=run)
 

@@ -36,8 +36,8 @@ def test_default_checkpoint_loads_and_embeds(name: str) -> None:
     np.testing.assert_allclose(alone.floats[0], emb.floats[1], atol=1e-5)
 
 
-def test_service_default_audio_encoder_is_the_speech_checkpoint() -> None:
-    assert EncoderSettings().default_audio == "speech-attn-hash"
+def test_service_default_audio_encoder_is_the_general_checkpoint() -> None:
+    assert EncoderSettings().default_audio == "general-audio"
     assert EncoderSettings().default_audio in discover()
 
 
