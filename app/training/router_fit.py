@@ -57,7 +57,7 @@ def with_noise(waves: list[np.ndarray], seed: int, snr_db: tuple[float, float] =
 
 def clip_windows(waves: list[np.ndarray], sample_rate: int, window_s: float, hop_s: float) -> list[np.ndarray]:
     window = int(round(window_s * sample_rate))
-    return [fit_to_window(torch.from_numpy(np.ascontiguousarray(w, np.float32)), window).numpy()
+    return [fit_to_window(torch.from_numpy(np.array(w, np.float32)), window).numpy()  # a writable copy
             for wave in waves for w in cut_windows(wave, sample_rate, window_s, hop_s)[0]]
 
 
