@@ -15,18 +15,14 @@ unseen-words and leave-one-corpus-out evaluations (bench/audio_generalisation.py
 
 from __future__ import annotations
 
-import csv
-import json
 import shlex
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from app.training.synth_speech import (PITCH, RESERVED, SPEED, Voice, available_languages, available_variants,
-                                       espeak_binary, synthesise)
+                                       espeak_binary, run_synthesis, synthesise)
 
 # Languages written in the Latin alphabet, so the same spelling is read by each one's own rules.
 LANGUAGES = ("af", "ca", "cs", "cy", "da", "de", "en-gb", "en-us", "es", "et", "eu", "fi", "fr-fr", "hr", "hu",
@@ -84,21 +80,8 @@ def synthesise_pseudowords(out: str | Path, words_per_language: int = 40, voices
         sf.write(out / rel, wave, sample_rate, subtype="PCM_16")
         return {"path": rel, "label": f"{LABEL_PREFIX}{lang}:{word}", "speaker": voice.id}
 
-    from tqdm import tqdm
-
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        rows = [r for r in tqdm(pool.map(make, jobs), total=len(jobs), desc="synthesising", unit="clip") if r]
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = out / "manifest.csv"
-    with manifest.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["path", "label", "speaker"])
-        writer.writeheader()
-        writer.writerows(rows)
-    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
-    (out / "synth.json").write_text(json.dumps(
-        {"command": command, "espeak_ng": version, "seed": seed, "sample_rate": sample_rate, "languages": langs,
-         "clips": len(rows)}, indent=2) + "\n")
-    return manifest
+    return run_synthesis(jobs, make, out, workers, binary, {"command": command, "seed": seed, "sample_rate": sample_rate,
+                                                             "languages": langs})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -217,6 +217,14 @@ def synthesise_words(
         sf.write(path, wave, sample_rate, subtype="PCM_16")
         return {"path": f"{name}/{voice.id}.wav", "label": LABEL_PREFIX + word, "speaker": voice.id}
 
+    return run_synthesis(jobs, make, out, workers, binary, {
+        "command": command, "seed": seed, "sample_rate": sample_rate, "words": words,
+        "voices": [{"id": v.id, "args": v.args()} for v in voices]})
+
+
+def run_synthesis(jobs: list, make, out: Path, workers: int, binary: str, record: dict) -> Path:
+    """``make`` each job on threads; write ``OUT/manifest.csv`` (path,label,speaker) of the clips that came out
+    and ``OUT/synth.json`` (``record`` plus the espeak-ng version and the clip count). Returns the manifest."""
     from tqdm import tqdm
 
     # threads are enough: the work happens in the espeak-ng subprocesses and in soxr (no GIL)
@@ -229,9 +237,7 @@ def synthesise_words(
         writer.writeheader()
         writer.writerows(rows)
     version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
-    (out / "synth.json").write_text(json.dumps(
-        {"command": command, "espeak_ng": version, "seed": seed, "sample_rate": sample_rate, "words": words,
-         "voices": [{"id": v.id, "args": v.args()} for v in voices], "clips": len(rows)}, indent=2) + "\n")
+    (out / "synth.json").write_text(json.dumps({**record, "espeak_ng": version, "clips": len(rows)}, indent=2) + "\n")
     return manifest
 
 
