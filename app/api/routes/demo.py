@@ -7,19 +7,15 @@ from typing import Any
 from fastapi import APIRouter
 
 from app.api.deps import ServicesDep
+from app.api.error_docs import error_responses
 
 router = APIRouter(tags=["demo"])
 
-_ERROR = {"content": {"application/json": {"example": {"error": {"code": "...", "message": "..."}}}}}
 
 
 @router.post(
     "/demo",
-    responses={
-        401: {"description": "API keys are on and none (or a wrong one) was sent", **_ERROR},
-        500: {"description": "the demo media is missing from this installation", **_ERROR},
-        503: {"description": "the service is still starting", **_ERROR},
-    },
+    responses=error_responses(401, 500, 503, e503="the service is still starting"),
 )
 async def add_demo(services: ServicesDep) -> dict[str, Any]:
     """Create the demo collections that do not exist yet (real spoken words, sounds and photos).

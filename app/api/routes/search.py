@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import UploadFile
 
 from app.api.deps import ServicesDep
+from app.api.error_docs import error_responses
 from app.api.schemas import SearchRequest, SearchResponse
 from app.api.uploads import content_type, decode_base64, form_fields, parse_model, read_form, read_json
 from app.errors import BadRequest
@@ -17,7 +18,8 @@ router = APIRouter(tags=["search"])
 _FORM_FIELDS = set(SearchRequest.model_fields) - {"content_base64"}
 
 
-@router.post("/collections/{name}/search", response_model=SearchResponse, response_model_exclude_none=True)
+@router.post("/collections/{name}/search", response_model=SearchResponse, response_model_exclude_none=True,
+             responses=error_responses(400, 401, 404, 409, 413, 415, 422, 429, 503))
 async def search_collection(name: str, request: Request, services: ServicesDep) -> dict:
     """Multipart with a `file` part and form fields, or JSON with `item_id` / `text` / `content_base64`."""
     state = services.state(name)
