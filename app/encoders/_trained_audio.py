@@ -59,6 +59,17 @@ def build_parts(config: dict[str, Any], family: str, build_net: Callable[[dict[s
     return features, net
 
 
+def take_audio_config(encoder: Encoder, config: dict[str, Any]) -> None:
+    """What every checkpoint-backed audio encoder reads from its config: name, rate, window, hop, description."""
+    encoder.config = config
+    encoder.name = config["name"]
+    encoder.sample_rate = int(config["sample_rate"])
+    encoder.default_window_s = float(config["window_s"])
+    encoder.default_hop_s = float(config["hop_s"])
+    encoder.description = config.get("description", "")
+    encoder.window = int(round(encoder.default_window_s * encoder.sample_rate))
+
+
 class TrainedAudioEncoder(Encoder):
     """A trained network behind the Encoder interface: windows in, floats and codes out."""
 
@@ -66,15 +77,9 @@ class TrainedAudioEncoder(Encoder):
 
     def __init__(self, config: dict[str, Any], features: torch.nn.Module, net: torch.nn.Module) -> None:
         super().__init__()
-        self.config = config
-        self.name = config["name"]
-        self.sample_rate = int(config["sample_rate"])
-        self.default_window_s = float(config["window_s"])
-        self.default_hop_s = float(config["hop_s"])
+        take_audio_config(self, config)
         self.bits = int(config["bits"])
         self.dim = int(net.dim)
-        self.description = config.get("description", "")
-        self.window = int(round(self.default_window_s * self.sample_rate))
         self.features = features.eval()
         self.net = net.eval()
 

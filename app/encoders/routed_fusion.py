@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from app.encoders._trained_audio import take_audio_config
 from app.encoders.audio_nets import fit_to_window
 from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
@@ -72,16 +73,10 @@ class RoutedFusionEncoder(Encoder):
 
     def __init__(self, config: dict[str, Any], speech: Encoder, sounds: Encoder, router: Router) -> None:
         super().__init__()
-        self.config = config
-        self.name = config["name"]
-        self.sample_rate = int(config["sample_rate"])
-        self.default_window_s = float(config["window_s"])
-        self.default_hop_s = float(config["hop_s"])
-        self.description = config.get("description", "")
+        take_audio_config(self, config)
         self.speech, self.sounds, self.router = speech, sounds, router.eval()
         self.dim = speech.dim + sounds.dim
         self.bits = speech.bits + sounds.bits
-        self.window = int(round(self.default_window_s * self.sample_rate))
 
     def to(self, device: str) -> "RoutedFusionEncoder":
         self.speech.to(device)
