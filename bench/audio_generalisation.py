@@ -142,6 +142,8 @@ def markdown(report: dict[str, Any]) -> str:
             r = row.get(s)
             cells.append("" if r is None else f"{r['float']:.3f}" + (f" / {r['hamming']:.3f}" if "hamming" in r else ""))
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    if report.get("loco_note"):
+        lines += ["", f"Leave-one-corpus-out: {report['loco_note']}."]
     lines += ["", "Sets: " + "; ".join(f"`{s}` {v['clips']} clips, {v['labels']} labels" for s, v in report["sets"].items()), ""]
     if report.get("localisation"):
         loc = report["localisation"]
