@@ -5,18 +5,6 @@ from app.errors import Conflict, NotFound
 from app.storage.catalog import Catalog, Collection, NewItem
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def open_catalog(request, tmp_path):
-    """Opens the catalog under test; calling it again reopens the same store. Every test runs on both backends."""
-    if request.param == "sqlite":
-        yield lambda: Catalog(tmp_path / "c.db")
-        return
-    from app.storage.postgres import PostgresCatalog
-
-    url = request.getfixturevalue("pg_url")
-    yield lambda: PostgresCatalog(url)
-
-
 def _collection(name="c"):
     return Collection(name, "audio", "audio-baseline", ("binary", "float"), 4, 8, 1.0, 0.5, True, "", 0.0)
 

@@ -20,17 +20,6 @@ from app.storage.index_store import CollectionIndex
 DIM, BITS = 16, 16
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def open_catalog(request, tmp_path):
-    if request.param == "sqlite":
-        yield lambda: Catalog(tmp_path / "c.db")
-        return
-    from app.storage.postgres import PostgresCatalog
-
-    url = request.getfixturevalue("pg_url")
-    yield lambda: PostgresCatalog(url)
-
-
 def _collection(name="c"):
     return Collection(name, "audio", "x", ("binary", "float"), DIM, BITS, 1.0, 0.5, False, "", 1.0)
 
