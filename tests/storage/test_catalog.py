@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from app.errors import Conflict, NotFound
-from app.storage.catalog import Catalog, Collection, NewItem
+from app.storage.catalog import Collection, NewItem
 
 
 def _collection(name="c"):
