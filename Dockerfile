@@ -43,6 +43,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 # The application itself; --no-deps because the layer above installed them.
 COPY README.md ./
 COPY app ./app
+COPY recall ./recall
 COPY docker ./docker
 RUN pip install --no-deps . \
     && rm -rf build ./*.egg-info \

@@ -13,13 +13,13 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.deps import require_api_key
+from app.api.middleware import BodyLimit, RouteTimer
 from app.api.routes import collections, health, items, search
 from app.errors import ServiceError
-from app.jobs import JobRunner
 from app.metrics import gauge
-from app.middleware import BodyLimit, RouteTimer
-from app.services import Services
 from app.settings import Settings
+from app.usecases.jobs import JobRunner
+from app.usecases.services import Services
 
 log = logging.getLogger("recall")
 
@@ -49,7 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await services.start()
             await jobs.start()
             if settings.demo:
-                from app.demo import seed_demo
+                from app.usecases.demo import seed_demo
 
                 await seed_demo(services)
             services.loaded = True

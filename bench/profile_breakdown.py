@@ -37,7 +37,7 @@ CATEGORIES = [
     ("batching and thread hand-offs", re.compile(r"\((app/worker/|concurrent/futures/|threading\.py|queue\.py|asyncio/(threads|futures|base_events|events)\.py)")),
     ("multipart and body parsing", re.compile(r"\((multipart/|python_multipart/|starlette/formparsers|app/api/uploads)")),
     ("HTTP server and framework", re.compile(r"\((uvicorn/|starlette/|fastapi/|h11/|httptools/|pydantic|app/middleware|app/api/|app/main|anyio/)")),
-    ("query assembly (app/querying.py)", re.compile(r"\(app/querying\.py")),
+    ("query assembly (app/usecases/query.py)", re.compile(r"\((app/querying|app/usecases/query)\.py")),
 ]
 
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from app import errors
-from app.client import AsyncRecallClient, RecallClient, raise_for_error
 from app.settings import Settings
+from recall import AsyncRecallClient, RecallClient, raise_for_error
 from tests.conftest import tone_wav
 from tests.live_server import live_server
 

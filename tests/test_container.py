@@ -119,7 +119,7 @@ def test_files_the_image_copies_are_not_dockerignored() -> None:
     ]
     instructions = dockerfile_instructions()
     sources = [args.split()[0] for name, args in instructions if name == "COPY"]
-    assert {"pyproject.toml", "requirements.lock", "app", "docker"} <= set(sources)
+    assert {"pyproject.toml", "requirements.lock", "app", "recall", "docker"} <= set(sources)
     for source in sources:
         assert not any(fnmatch.fnmatch(source, pattern) for pattern in patterns), source
     for needed in ("pyproject.toml", "app", "docker/entrypoint.sh", "docker/healthcheck.py"):

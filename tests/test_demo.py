@@ -10,9 +10,9 @@ import soundfile as sf
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from app import demo_data
-from app.demo import AUDIO_COLLECTION, IMAGE_COLLECTION, WORDS_COLLECTION
 from app.main import create_app
+from app.usecases import demo_data
+from app.usecases.demo import AUDIO_COLLECTION, IMAGE_COLLECTION, WORDS_COLLECTION
 from tests.conftest import error_of, make_settings
 
 MANIFEST = [json.loads(line) for line in (demo_data.DEMO_DIR / demo_data.MANIFEST).read_text().splitlines()]

@@ -16,7 +16,8 @@ def test_wheel_carries_default_checkpoints_and_web_page(tmp_path):
     source.mkdir()
     shutil.copy(ROOT / "pyproject.toml", source)
     shutil.copy(ROOT / "README.md", source)
-    shutil.copytree(ROOT / "app", source / "app", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for package in ("app", "recall"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(source)],
         check=True, capture_output=True, timeout=300,
@@ -26,6 +27,7 @@ def test_wheel_carries_default_checkpoints_and_web_page(tmp_path):
     checkpoints = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "app/assets/models").rglob("*") if p.is_file())
     assert checkpoints and set(checkpoints) <= names
     assert "app/web/static/index.html" in names
+    assert {"recall/__init__.py", "recall/client.py"} <= names  # the client: `from recall import RecallClient`
     demo = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "app/assets/demo").rglob("*") if p.is_file())
     assert "app/assets/demo/manifest.jsonl" in demo and set(demo) <= names  # the demo seeds from these
     assert any(n.endswith("entry_points.txt") for n in names)

@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.errors import Unauthorized, Unhealthy
-from app.jobs import JobRunner
-from app.services import Services
+from app.usecases.jobs import JobRunner
+from app.usecases.services import Services
 
 
 async def get_services(request: Request) -> Services:

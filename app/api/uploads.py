@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.datastructures import UploadFile
 
 from app.errors import BadRequest, InvalidInput
-from app.ingest import Upload
+from app.media.decode import Upload
 
 
 async def read_json(request: Request) -> Any:

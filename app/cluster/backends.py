@@ -7,19 +7,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from app.settings import Settings
 from app.storage.index_store import CollectionIndex
+from app.storage.protocol import CatalogProtocol
 from app.storage.records import Collection
 
-if TYPE_CHECKING:
-    from app.services import Services
 
-
-def open_shared_index(services: "Services", collection: Collection) -> Any:
-    settings = services.settings
+def open_shared_index(settings: Settings, catalog: CatalogProtocol, collection: Collection) -> Any:
     if settings.ray_address:
         from app.cluster.remote_index import RemoteCollectionIndex
 
         return RemoteCollectionIndex.open(collection, settings)
-    return CollectionIndex.build(collection, services.catalog, settings.index.shards)
+    return CollectionIndex.build(collection, catalog, settings.index.shards)

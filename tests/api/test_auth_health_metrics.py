@@ -62,7 +62,7 @@ def test_metrics_expose_latency_batches_and_sizes(client):
 def test_background_start_answers_503_until_loaded(tmp_path, monkeypatch):
     import threading
 
-    from app.services import Services
+    from app.usecases.services import Services
 
     release = threading.Event()
     original = Services.start

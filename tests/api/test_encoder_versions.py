@@ -17,12 +17,12 @@ import soundfile as sf
 import torch
 from fastapi.testclient import TestClient
 
+from app.cli.reembed import reembed
 from app.encoders.checkpoint import save_checkpoint
 from app.encoders.registry import discover
-from app.client import RecallClient
 from app.main import create_app
-from app.reembed import reembed
 from app.training.audio_train import TrainConfig, build_model, model_config
+from recall import RecallClient
 from tests.conftest import make_settings
 
 NAME = "tiny-speech"

@@ -10,7 +10,7 @@ import pytest
 from app.cli import main as recall_main
 from app.errors import InvalidInput
 from app.eval.trec import read_qrels, read_run
-from app.web.judging import JudgmentStore, docno, item_id
+from app.usecases.judging import JudgmentStore, docno, item_id
 
 
 def test_docno_escapes_whitespace_and_percent_reversibly() -> None:

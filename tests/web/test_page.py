@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 from playwright.sync_api import Page, expect
 
-from app import demo_data
+from app.usecases import demo_data
 from tests.web.conftest import API_KEY, choose_collection, enter_key, snap
 
 pytestmark = pytest.mark.browser

@@ -22,7 +22,7 @@ async def add_demo(services: ServicesDep) -> dict[str, Any]:
 
     Collections that exist, demo or not, are left as they are; calling it again adds nothing.
     """
-    from app.demo import add_demo_collections
+    from app.usecases.demo import add_demo_collections
 
     summary = await add_demo_collections(services)
     return {"added": summary["collections"], "seconds": summary["seconds"]}

@@ -8,7 +8,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from app.api.deps import JobsDep, ServicesDep
 from app.api.uploads import ingest_uploads
 from app.errors import NotFound
-from app.ingest import ingest
+from app.usecases.ingest import ingest
 
 router = APIRouter(tags=["items"])
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import ServicesDep
-from app.web.judging import JudgmentStore
+from app.usecases.judging import JudgmentStore
 
 router = APIRouter(tags=["judgments"])
 

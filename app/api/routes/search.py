@@ -10,8 +10,8 @@ from app.api.error_docs import error_responses
 from app.api.schemas import SearchRequest, SearchResponse
 from app.api.uploads import content_type, decode_base64, form_fields, parse_model, read_form, read_json
 from app.errors import BadRequest
-from app.ingest import Upload
-from app.querying import run_search
+from app.media.decode import Upload
+from app.usecases.query import run_search
 
 router = APIRouter(tags=["search"])
 

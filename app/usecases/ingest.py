@@ -15,32 +15,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from app.errors import InvalidInput, ServiceError, UnsupportedMedia
+from app.errors import InvalidInput, ServiceError
 from app.features.windows import cut_windows
-from app.media.audio import decode_audio
-from app.media.image import decode_image
-from app.media.sniff import sniff_modality
-from app.services import CollectionState, Services
+from app.media.decode import Upload, decode_media
 from app.storage.catalog import NewItem
+from app.usecases.services import CollectionState, Services
 
 log = logging.getLogger(__name__)
 
 COMMIT_CHUNK = 16  # files per transaction in large batches: progress is visible and durable as it goes
 ID_MAX = 512
-
-
-@dataclass
-class Upload:
-    """One file to ingest, as received."""
-
-    filename: str
-    data: bytes
-    id: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def item_id(self) -> str:
-        return self.id or self.filename
 
 
 @dataclass
@@ -55,39 +39,12 @@ def check_item_id(item_id: str) -> str:
     return item_id
 
 
-def _wrong_modality(collection_modality: str, upload: Upload) -> ServiceError | None:
-    found = sniff_modality(upload.data)
-    if collection_modality == "audio" and found == "image":
-        return UnsupportedMedia(f"{upload.filename!r} is an image, but this collection holds audio")
-    if collection_modality == "image" and found in ("audio", "video"):
-        return UnsupportedMedia(f"{upload.filename!r} is {found}, but this collection holds images")
-    return None
-
-
-async def decode_media(services: Services, modality: str, upload: Upload, *, sample_rate: int | None, query: bool) -> np.ndarray:
-    """Decode one upload for a collection's modality, with the configured limits."""
-    if not upload.data:
-        raise InvalidInput(f"{upload.filename!r} is empty")
-    wrong = _wrong_modality(modality, upload)
-    if wrong is not None:
-        raise wrong
-    limits = services.settings.limits
-    if modality == "audio":
-        assert sample_rate is not None
-        return await asyncio.to_thread(
-            decode_audio, upload.data, target_rate=sample_rate, filename=upload.filename,
-            min_seconds=limits.min_audio_seconds,
-            max_seconds=limits.max_query_seconds if query else limits.max_audio_seconds,
-        )
-    return await asyncio.to_thread(decode_image, upload.data, filename=upload.filename, max_pixels=limits.max_image_pixels)
-
-
 async def prepare(services: Services, state: CollectionState, upload: Upload) -> NewItem:
     """Decode, window and encode one file; store its original when the collection keeps media."""
     collection = state.collection
     item_id = check_item_id(upload.item_id)
     encoder = await services.encoders.load(collection.encoder_key)
-    media = await decode_media(services, collection.modality, upload, sample_rate=encoder.sample_rate, query=False)
+    media = await decode_media(services.settings.limits, collection.modality, upload, sample_rate=encoder.sample_rate, query=False)
     duration = width = height = None
     if collection.modality == "audio":
         assert encoder.sample_rate and collection.window_s and collection.hop_s

@@ -11,23 +11,40 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from app.api.schemas import SearchRequest
 from app.errors import InvalidInput
 from app.features.windows import cut_windows
-from app.ingest import Upload, decode_media
 from app.media.audio import decode_audio, uses_fast_path
+from app.media.decode import Upload, decode_media
 from app.search.pipeline import Query, SearchOptions, search, to_results
 from app.search.ranking import ItemHit
-from app.services import CollectionState, Services
+from app.usecases.services import CollectionState, Services
 from app.worker.batcher import Announcement
 
 
+class SearchParams(Protocol):
+    """What a search asks for, already validated by the caller (the HTTP edge passes its
+    ``SearchRequest``); a protocol, so this use case does not import the HTTP schemas."""
+
+    item_id: str | None
+    text: str | None
+    k: int
+    mode: str
+    oversample: int | None
+    filter: dict[str, Any]
+    max_distance: float | None
+    segments_per_item: int
+    nms_iou: float
+    rerank: bool
+    rerank_top: int
+    partial: bool
+
+
 async def build_query(
-    services: Services, state: CollectionState, params: SearchRequest, upload: Upload | None, timings: dict[str, float],
+    services: Services, state: CollectionState, params: SearchParams, upload: Upload | None, timings: dict[str, float],
     announcement: Announcement | None = None,
 ) -> Query:
     """Vectors for the one query source given: an example file, a stored item, or a text.
@@ -89,11 +106,11 @@ async def _decode_query(services: Services, modality: str, upload: Upload, sampl
         limits = services.settings.limits  # the limits decode_media applies to a query
         return decode_audio(upload.data, target_rate=sample_rate, filename=upload.filename,
                             min_seconds=limits.min_audio_seconds, max_seconds=limits.max_query_seconds)
-    return await decode_media(services, modality, upload, sample_rate=sample_rate, query=True)
+    return await decode_media(services.settings.limits, modality, upload, sample_rate=sample_rate, query=True)
 
 
 async def run_search(
-    services: Services, name: str, params: SearchRequest, upload: Upload | None, announcement: Announcement | None = None,
+    services: Services, name: str, params: SearchParams, upload: Upload | None, announcement: Announcement | None = None,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     state = services.state(name)

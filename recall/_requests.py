@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import httpx
 
-from app.client_types import IngestReport, ItemIn, Job
+from recall.types import IngestReport, ItemIn, Job
 
 FileInput = str | Path | bytes | tuple[str, bytes]
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 
 # subcommand -> module with add_parser(subparsers) that sets `func` on its parsers
 _FEATURE_COMMANDS = {
     "train": "app.training.cli",
     "eval": "app.eval.cli",
-    "reembed": "app.reembed",
+    "reembed": "app.cli.reembed",
 }
-_CORE_COMMANDS = "app.cli_core"
+_CORE_COMMANDS = "app.cli.core"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +39,3 @@ def main(argv: list[str] | None = None) -> int:
     result = args.func(args)
     return int(result or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,8 +22,9 @@ import uuid
 from typing import Any
 
 from app.errors import NotFound
-from app.ingest import Upload, ingest
-from app.services import Services
+from app.media.decode import Upload
+from app.usecases.ingest import ingest
+from app.usecases.services import Services
 from app.worker.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Typed Python clients for the Recall API over httpx: :class:`RecallClient` and :class:`AsyncRecallClient`.
 
 Both have the same methods with the same arguments; responses are plain dicts typed with the
-TypedDicts in :mod:`app.client_types` (so they print, serialise and index like the JSON they
+TypedDicts in :mod:`recall.types` (so they print, serialise and index like the JSON they
 are). Errors come back as the service's own exception classes (:mod:`app.errors`), chosen by
 status code, so client code handles ``NotFound`` or ``Overloaded`` the same way server code
 does; a service that cannot be reached raises ``Unhealthy``.
@@ -23,8 +23,8 @@ from typing import Any, Iterable, Unpack
 import httpx
 
 from app import errors
-from app._client_requests import FileInput, Request, Requests, job_report
-from app.client_types import (
+from recall._requests import FileInput, Request, Requests, job_report
+from recall.types import (
     Collection, Confidence, EncoderInfo, IngestReport, Item, ItemIn, ItemPage, Job, Judgment, JudgmentList, Readiness,
     SearchParams, SearchResponse,
 )

@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from app.services import CollectionState, Services
+    from app.usecases.services import CollectionState, Services
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from app.search.pipeline import Scans
 from app.search.scan import SharedScan
 from app.settings import Settings
 from app.storage.index_store import CollectionIndex
+from app.storage.media_store import MediaStore
 from app.storage.protocol import open_catalog
 from app.storage.records import Collection, WriteResult
-from app.storage.media_store import MediaStore
 from app.worker.encoding import EncoderPool
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class Services:
         self.data_dir = Path(settings.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.catalog = open_catalog(settings.catalog_url, self.data_dir)
-        # cluster mode: other API processes write to the same catalog (see app/cluster/follower.py)
+        # cluster mode: other API processes write to the same catalog (see app/usecases/follower.py)
         self.shared = settings.catalog_url is not None
         self.retired: list[CollectionState] = []
         self._sync_lock = threading.Lock()
@@ -100,7 +100,7 @@ class Services:
                 log.exception("encoder %s failed to load", name)
                 problems.append(f"encoder {name!r} failed to load: {exc}")
         if self.shared:
-            from app.cluster.follower import follow
+            from app.usecases.follower import follow
 
             self._follow_task = asyncio.get_running_loop().create_task(follow(self))
         self.not_ready = problems
@@ -128,7 +128,7 @@ class Services:
         if self.shared:
             from app.cluster.backends import open_shared_index
 
-            index = open_shared_index(self, collection)
+            index = open_shared_index(self.settings, self.catalog, collection)
         else:
             index = CollectionIndex.open(collection, self.catalog, self.index_dir, self.settings.index.shards)
             if index.unsnapshotted:
@@ -143,7 +143,7 @@ class Services:
 
     def state(self, name: str) -> CollectionState:
         if self.shared:
-            from app.cluster.follower import sync_collection
+            from app.usecases.follower import sync_collection
 
             with self._sync_lock:
                 sync_collection(self, name)

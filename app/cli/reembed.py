@@ -57,7 +57,7 @@ def _all_items(client: Any, collection: str, page_size: int) -> list[dict[str, A
 
 
 def reembed_command(args: argparse.Namespace) -> int:
-    from app.client import RecallClient
+    from recall import RecallClient
 
     with RecallClient(args.url, api_key=args.api_key) as client:
         report = reembed(client, args.source, args.target, args.encoder)

@@ -69,7 +69,7 @@ def _files(root: Path) -> list[Path]:
 def ingest_command(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from app.client import RecallClient
+    from recall import RecallClient
     from app.errors import NotFound, ServiceError
 
     root = Path(args.path)
@@ -108,7 +108,7 @@ def ingest_command(args: argparse.Namespace) -> int:
 
 
 def search_command(args: argparse.Namespace) -> int:
-    from app.client import RecallClient
+    from recall import RecallClient
 
     with RecallClient(args.url, args.api_key) as client:
         if args.text:

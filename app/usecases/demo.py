@@ -1,7 +1,7 @@
 """Demo collections of real media, so the page shows working search at once.
 
 On the first start (``settings.demo``, ``RECALL_DEMO``) with an empty catalog, :func:`seed_demo`
-creates three collections from the files shipped in ``app/assets/demo`` (:mod:`app.demo_data`):
+creates three collections from the files shipped in ``app/assets/demo`` (:mod:`app.usecases.demo_data`):
 spoken words from several speakers plus long recordings, everyday sounds, and captioned photos.
 A service that already holds data is never touched; the page's "load the demo data" button calls
 :func:`add_demo_collections`, which adds only the demo collections that are missing. The files go
@@ -15,10 +15,11 @@ import logging
 import time
 from typing import Any
 
-from app import demo_data
 from app.errors import BackendError
-from app.ingest import Upload, ingest
-from app.services import Services
+from app.media.decode import Upload
+from app.usecases import demo_data
+from app.usecases.ingest import ingest
+from app.usecases.services import Services
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ goes to, its id and its metadata. :func:`load` reads them for seeding; nothing i
 downloaded at run time.
 
 :func:`build` made the folder from the project's data copies and can refresh it
-(``python -m app.demo_data ../shared/data``). It chooses only files whose licence allows
+(``python -m app.usecases.demo_data ../shared/data``). It chooses only files whose licence allows
 redistribution: Arabic Speech Commands (CC BY 4.0) from the five speakers held out of the
 speech encoder's training, Free Spoken Digit Dataset (CC BY-SA 4.0), ESC-50 clips of the ESC-10
 subset (CC BY 3.0) and COCO photos whose Flickr licence is CC BY or CC BY-SA.
@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-DEMO_DIR = Path(__file__).resolve().parent / "assets" / "demo"
+ASSETS = Path(__file__).resolve().parent.parent / "assets"  # app/assets
+DEMO_DIR = ASSETS / "demo"
 MANIFEST = "manifest.jsonl"
 RATE = 16000
 
@@ -207,7 +208,7 @@ def _esc10_sounds(data: Path, out: Path) -> list[dict[str, Any]]:
 def _coco_photos(data: Path, out: Path) -> list[dict[str, Any]]:
     from PIL import Image
 
-    held_out = set(json.loads((Path(__file__).resolve().parent / "assets" / "models" / "image-text-minilm" / "config.json").read_text()).get("held_out_files", []))
+    held_out = set(json.loads((ASSETS / "models" / "image-text-minilm" / "config.json").read_text()).get("held_out_files", []))
     rows = []
     for line in (data / "coco" / "captions.jsonl").read_text(encoding="utf-8").splitlines():
         photo = json.loads(line)
@@ -228,7 +229,7 @@ def _attribution(rows: list[dict[str, Any]]) -> str:
     lines = [
         "# Demo media: sources, licences and credits",
         "",
-        "Re-encoded copies (16 kHz mono FLAC or Ogg Vorbis; JPEG at most 256 px) made by `python -m app.demo_data`.",
+        "Re-encoded copies (16 kHz mono FLAC or Ogg Vorbis; JPEG at most 256 px) made by `python -m app.usecases.demo_data`.",
         "The long recordings `words/recording-*.flac` join other takes of one speaker's words with pauses and faint",
         "noise (an adaptation of CC BY 4.0 material, under the same licence). Licence texts are in `LICENSES/`.",
         "",
@@ -249,6 +250,6 @@ def _attribution(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":  # python -m app.demo_data ../shared/data
+if __name__ == "__main__":  # python -m app.usecases.demo_data ../shared/data
     built = build(Path(sys.argv[1] if len(sys.argv) > 1 else "../shared/data"))
     print(f"{len(built)} files in {DEMO_DIR}")
