@@ -28,6 +28,9 @@ def test_wheel_carries_default_checkpoints_and_web_page(tmp_path):
     assert checkpoints and set(checkpoints) <= names
     assert "app/web/static/index.html" in names
     assert {"recall/__init__.py", "recall/client.py"} <= names  # the client: `from recall import RecallClient`
+    # every module ships (a folder without __init__.py would be left out of the wheel silently)
+    sources = {p.relative_to(ROOT).as_posix() for package in ("app", "recall") for p in (ROOT / package).rglob("*.py")}
+    assert not sources - names, sorted(sources - names)[:10]
     demo = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "app/assets/demo").rglob("*") if p.is_file())
     assert "app/assets/demo/manifest.jsonl" in demo and set(demo) <= names  # the demo seeds from these
     assert any(n.endswith("entry_points.txt") for n in names)
