@@ -10,6 +10,7 @@ for float (cosine) and Hamming search. Sets (held-out lists in app/training/gene
 - ``asc_unseen_speakers``: Arabic keywords trained on, said by 5 speakers no model trained on;
 - ``asc_unseen_words``: the 8 keywords held out of training, by the same unseen speakers;
 - ``fsdd_unseen_speakers``: English digits by the 2 FSDD speakers held out;
+- ``fsdd_unseen_words``: the digit words no training step heard (real or synthetic), by those speakers;
 - ``esc_unseen_classes``: the 8 ESC-50 classes held out.
 
 With ``--loco``, each checkpoint trained without one corpus (``recall train general-audio
@@ -36,7 +37,7 @@ from app.training.retrieval import best_window_scores, retrieval_metrics
 
 RATE = 16000
 CORPUS_OF = {"asc_unseen_speakers": "asc", "asc_unseen_words": "asc", "fsdd_unseen_speakers": "fsdd",
-             "esc_unseen_classes": "esc"}
+             "fsdd_unseen_words": "fsdd", "esc_unseen_classes": "esc"}
 TRAINED = ("general-audio", "speech-attn-hash", "sounds-texture")
 
 
@@ -58,6 +59,8 @@ def evaluation_sets(data: Path) -> dict[str, tuple[list[str], list[Path]]]:
                              if r["speaker"] in held and r["keyword"] in recipe.ASC_HOLDOUT_WORDS],
         "fsdd_unseen_speakers": [(r["digit"], data / "fsdd" / r["file"]) for r in fsdd
                                  if r["speaker"] in recipe.FSDD_HOLDOUT_SPEAKERS],
+        "fsdd_unseen_words": [(r["digit"], data / "fsdd" / r["file"]) for r in fsdd
+                              if r["speaker"] in recipe.FSDD_HOLDOUT_SPEAKERS and r["digit"] in recipe.FSDD_HOLDOUT_WORDS],
         "esc_unseen_classes": [(r["category"], data / "esc50" / r["filename"]) for r in esc
                                if r["category"] in recipe.ESC_HOLDOUT_CLASSES],
     }
@@ -168,9 +171,11 @@ def targets(results: dict[str, dict[str, Any]], default: str, holdout: dict[str,
     """Issue 13's targets for the default encoder; ``holdout`` is its checkpoint's record of what it never trained on."""
     d, mfcc, logmel = results[default], results["mfcc-levin"], results["logmel-mean-std"]
     out = []
-    # unseen words: the held-out keywords when the speech branch held them out, else English digits,
-    # which a speech branch trained on Arabic keywords never heard (words and language both new)
-    words = "asc_unseen_words" if holdout.get("asc_words") else "fsdd_unseen_speakers"
+    # unseen words: the held-out keywords when the speech branch held them out; else the held-out
+    # digit words when it trained on the others; else all English digits, which a speech branch
+    # trained on Arabic keywords alone never heard (words and language both new)
+    words = ("asc_unseen_words" if holdout.get("asc_words") else
+             "fsdd_unseen_words" if holdout.get("fsdd_words") else "fsdd_unseen_speakers")
 
     def add(what: str, needed: float, value: float, kind: str = "float") -> None:
         out.append({"what": f"{what} ({kind})", "needed": f">= {needed:.3f}", "result": f"{value:.3f}", "met": value >= needed})

@@ -97,7 +97,9 @@ def discover(extra_dirs: Iterable[str | Path] = ()) -> dict[str, EncoderSpec]:
     """All encoders: baselines, default checkpoints, then user directories (later ones win).
 
     Each checkpoint is also listed as ``name@version``, the key a collection built with it uses,
-    so a collection keeps its checkpoint while a newer one of the same name is the default.
+    so a collection keeps its checkpoint while a newer one of the same name is the default. A
+    directory itself named ``name@version`` holds such an older checkpoint: it is listed under that
+    key only, never as the plain name, which stays the current one.
     """
     specs = {key: spec for spec in _baselines() for key in (spec.name, versioned_name(spec.name, spec.version))}
     roots = [ASSETS, *map(Path, extra_dirs)]
@@ -108,8 +110,13 @@ def discover(extra_dirs: Iterable[str | Path] = ()) -> dict[str, EncoderSpec]:
         for directory in candidates:
             if (directory / "config.json").is_file():
                 spec = _checkpoint_spec(directory)
-                specs[spec.name] = spec
-                specs[versioned_name(spec.name, spec.version)] = spec
+                key = versioned_name(spec.name, spec.version)
+                if is_versioned(directory.name):
+                    if directory.name != key:  # a renamed folder would answer for the wrong checkpoint
+                        raise ValueError(f"checkpoint folder {directory} holds {key}; name the folder {key}")
+                else:
+                    specs[spec.name] = spec
+                specs[key] = spec
     return specs
 
 

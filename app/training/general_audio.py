@@ -35,6 +35,11 @@ import numpy as np
 ASC_HOLDOUT_SPEAKERS = ("00000001", "00000005", "00000006", "00000009", "00000011")
 ASC_HOLDOUT_WORDS = ("backward", "disable", "five", "next", "open", "right", "start", "up")
 FSDD_HOLDOUT_SPEAKERS = ("jackson", "nicolas")
+# digit words no step hears from anyone (real or synthetic): English words never trained on, said by
+# unseen speakers, are bench/audio_generalisation.py's "unseen words" when the speech branch
+# fine-tunes from a checkpoint that heard every Arabic keyword
+FSDD_HOLDOUT_WORDS = ("2", "5", "7", "9")
+DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 ESC_HOLDOUT_CLASSES = ("chirping_birds", "clapping", "dog", "engine", "hen", "keyboard_typing", "rain", "siren")
 CORPORA = ("asc", "fsdd", "esc")
 
@@ -67,7 +72,8 @@ def training_manifests(data: Path, work: Path, without: str | None) -> dict[str,
         out["asc"] = _write_manifest(work / "asc-train.csv", asc)
     if without != "fsdd":
         fsdd = [(str(data / "fsdd" / r["file"]), "digit:" + r["digit"], "fsdd:" + r["speaker"])
-                for r in _rows(data / "fsdd" / "fsdd.csv") if r["speaker"] not in FSDD_HOLDOUT_SPEAKERS]
+                for r in _rows(data / "fsdd" / "fsdd.csv")
+                if r["speaker"] not in FSDD_HOLDOUT_SPEAKERS and r["digit"] not in FSDD_HOLDOUT_WORDS]
         out["fsdd"] = _write_manifest(work / "fsdd-train.csv", fsdd)
     if without != "esc":
         esc = [(str(data / "esc50" / r["filename"]), r["category"], "") for r in _rows(data / "esc50" / "esc50.csv")
@@ -88,23 +94,55 @@ def synthesise(work: Path, args: argparse.Namespace) -> dict[str, Path]:
     if not english.is_file():
         synthesise_words(list(DEFAULT_WORDS)[: args.english_words], args.english_voices, SPEECH_RATE, english.parent,
                          seed=args.seed)
-    return {"pseudo": pseudo, "synth-en": english}
+    return {"pseudo": pseudo, "synth-en": english, "digits": synthesise_digits(work, args.digit_voices, args.seed)}
 
 
-def train_speech(manifests: dict[str, Path], synth: dict[str, Path], out: Path, args: argparse.Namespace) -> None:
-    from app.training.audio_cli import main as audio_main
+def synthesise_digits(work: Path, voices: int, seed: int) -> Path:
+    """English digits in many espeak-ng voices, labelled as FSDD labels them ("digit:N") so that a real
+    speaker's "three" and a synthetic one's are positives of each other: many voices per word is what
+    two real FSDD speakers cannot give. The held-out digit words are not synthesised into training."""
+    from app.training.synth_speech import synthesise_words
 
+    raw, out = work / "synth-digits" / "manifest.csv", work / "digits-train.csv"
+    if not raw.is_file():
+        synthesise_words(list(DIGIT_WORDS), voices, SPEECH_RATE, raw.parent, seed=seed)
+    rows = []
+    for r in _rows(raw):
+        digit = str(DIGIT_WORDS.index(r["label"].split(":", 1)[1]))
+        if digit not in FSDD_HOLDOUT_WORDS:
+            rows.append((str((raw.parent / r["path"]).resolve()), "digit:" + digit, "synth:" + r["speaker"]))
+    return _write_manifest(out, rows)
+
+
+def speech_argv(data: Path, manifests: dict[str, Path], synth: dict[str, Path], out: Path,
+                args: argparse.Namespace) -> list[str]:
+    """The speech branch's `recall train audio` arguments: from scratch, or fine-tuned (``--speech-init``)."""
+    common = ["--model", "attn-hash", "--bits", "256", "--sample-rate", str(SPEECH_RATE), "--window", str(WINDOW_S),
+              "--hop", str(HOP_S), "--hidden", "96", "--val-groups", "1", "--epochs", str(args.speech_epochs),
+              "--steps", str(args.speech_steps), "--patience", "6", "--lr-patience", "3", "--spec-augment",
+              "--seed", str(args.seed), "--device", args.device, "--threads", str(args.threads), "--name", "speech",
+              "--out", str(out)]
+    if args.speech_init:
+        # the starting checkpoint heard every Arabic keyword from the non-held-out speakers, so it
+        # goes on with all of them (held-out speakers still out); English digits from real and
+        # synthetic voices are what it lacks. Semihard negatives and a gentler rate, as for its
+        # own training; its codes are already binary, so the quantisation term needs no warm-up.
+        extra = [manifests["fsdd"]] if "fsdd" in manifests else []
+        return ["--manifest", str(data / "asc" / "asc.csv"), "--holdout", ",".join(ASC_HOLDOUT_SPEAKERS),
+                *common, "--init-from", str(args.speech_init), "--mining", "semihard", "--gamma", "0.0005",
+                "--quant-warmup", "0", "--lr", "0.0005",
+                *[a for path in [*extra, synth["digits"]] for a in ("--extra-manifest", str(path))]]
     speech = [manifests[k] for k in ("asc", "fsdd") if k in manifests] + list(synth.values())
     main, extra = speech[0], speech[1:]  # held-out speakers and words are already out of these manifests
-    argv = ["--manifest", str(main), "--model", "attn-hash", "--bits", "256", "--sample-rate", str(SPEECH_RATE),
-            "--window", str(WINDOW_S), "--hop", str(HOP_S), "--hidden", "96", "--val-groups", "1",
-            "--epochs", str(args.speech_epochs), "--steps", str(args.speech_steps), "--patience", "6",
-            "--lr-patience", "3", "--spec-augment", "--seed", str(args.seed), "--device", args.device,
-            "--threads", str(args.threads), "--name", "speech", "--out", str(out)]
+    return ["--manifest", str(main), *common, *[a for path in extra for a in ("--extra-manifest", str(path))]]
+
+
+def train_speech(data: Path, manifests: dict[str, Path], synth: dict[str, Path], out: Path, args: argparse.Namespace) -> None:
+    from app.training.audio_cli import main as audio_main
+
+    argv = speech_argv(data, manifests, synth, out, args)
     if (out / "train_state.pt").is_file():
         argv.append("--resume")  # a stopped run goes on from its last finished epoch
-    for path in extra:
-        argv += ["--extra-manifest", str(path)]
     if audio_main(argv) != 0:
         raise SystemExit("speech branch training failed")
 
@@ -181,12 +219,14 @@ def run(args: argparse.Namespace) -> int:
     data, work = Path(args.data).resolve(), Path(args.work)  # manifests hold absolute paths
     manifests = training_manifests(data, work, args.without)
     synth = synthesise(work, args)
-    speech_dir, sounds_dir = work / "speech", work / "sounds"
+    if args.speech_init and args.without == "asc":
+        raise SystemExit("--without asc cannot start from a speech checkpoint that trained on Arabic keywords")
+    speech_dir, sounds_dir = work / ("speech-tuned" if args.speech_init else "speech"), work / "sounds"
     if args.speech_from:  # an existing speech checkpoint (it carries its own reproduce command)
         speech_dir = Path(args.speech_from)
     # the trainer writes weights after every better epoch, so "finished" needs its own marker
     elif not (speech_dir / FINISHED).is_file() or args.retrain:
-        train_speech(manifests, synth, speech_dir, args)
+        train_speech(data, manifests, synth, speech_dir, args)
         (speech_dir / FINISHED).write_text("speech branch training finished\n")
     if not (sounds_dir / "weights.safetensors").is_file() or args.retrain:
         train_sounds(manifests, synth, sounds_dir, args)
@@ -204,8 +244,11 @@ def run(args: argparse.Namespace) -> int:
             "the default for audio: speech in any language and everyday sounds; a speech network (paper 004) and a "
             "sound-texture model joined by a learned speech/non-speech router into one 512-bit code"),
         # an existing speech checkpoint may have trained on every keyword: then no keyword is unseen
-        "holdout": {"asc_speakers": list(ASC_HOLDOUT_SPEAKERS), "asc_words": [] if args.speech_from else list(ASC_HOLDOUT_WORDS),
-                    "fsdd_speakers": list(FSDD_HOLDOUT_SPEAKERS), "esc_classes": list(ESC_HOLDOUT_CLASSES)},
+        "holdout": {"asc_speakers": list(ASC_HOLDOUT_SPEAKERS),
+                    "asc_words": [] if args.speech_from or args.speech_init else list(ASC_HOLDOUT_WORDS),
+                    "fsdd_speakers": list(FSDD_HOLDOUT_SPEAKERS),
+                    "fsdd_words": [] if args.speech_from else list(FSDD_HOLDOUT_WORDS),
+                    "esc_classes": list(ESC_HOLDOUT_CLASSES)},
         "without": args.without,
         "reproduce": {"train": command, "note": "CPU; the speech branch takes most of the time"},
     }
@@ -239,6 +282,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--retrain", action="store_true", help="train the branches again even if --work has them")
     p.add_argument("--speech-from", metavar="CHECKPOINT_DIR",
                    help="use this attn-hash checkpoint as the speech branch instead of training one")
+    p.add_argument("--speech-init", metavar="CHECKPOINT_DIR",
+                   help="fine-tune the speech branch from this attn-hash checkpoint (all Arabic keywords, "
+                        "English digits from real and synthetic voices) instead of training it from scratch")
+    p.add_argument("--digit-voices", type=int, default=48, help="espeak-ng voices per English digit word")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1,

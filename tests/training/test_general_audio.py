@@ -64,7 +64,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 asc_rows.append([rel, word, speaker, str(take), "train"])
     _csv(root / "asc" / "asc.csv", ["file", "keyword", "speaker", "take", "split"], asc_rows)
     fsdd_rows = []
-    for digit in range(2):
+    for digit in range(3):  # 2 is a held-out digit word
         for speaker in ["george", "jackson"]:  # jackson is held out
             rel = f"recordings/{digit}_{speaker}_0.wav"
             _write(root / "fsdd" / rel, _voice(300 + 50 * digit, seed=digit, rate=8000), rate=8000)
@@ -101,18 +101,44 @@ def test_training_manifests_leave_out_every_held_out_group(data: Path, tmp_path:
     assert set(general_audio.training_manifests(data, tmp_path / "loco", without="fsdd")) == {"asc", "esc"}
 
 
+def test_fine_tuning_keeps_held_out_speakers_out_and_adds_the_english_digits(data: Path, tmp_path: Path) -> None:
+    manifests = general_audio.training_manifests(data, tmp_path, without=None)
+    synth = {"pseudo": tmp_path / "p.csv", "synth-en": tmp_path / "e.csv", "digits": tmp_path / "d.csv"}
+    args = general_audio.argparse.Namespace(speech_init="ckpt", speech_epochs=3, speech_steps=5, seed=0, device="cpu", threads=1)
+    argv = general_audio.speech_argv(data, manifests, synth, tmp_path / "out", args)
+    flag = lambda name: argv[argv.index(name) + 1]  # noqa: E731
+    assert flag("--init-from") == "ckpt" and flag("--manifest") == str(data / "asc" / "asc.csv")
+    assert flag("--holdout").split(",") == list(general_audio.ASC_HOLDOUT_SPEAKERS)
+    extras = [argv[i + 1] for i, a in enumerate(argv) if a == "--extra-manifest"]
+    assert extras == [str(manifests["fsdd"]), str(synth["digits"])]  # no made-up words: it fine-tunes on digits
+    scratch = general_audio.speech_argv(data, manifests, synth, tmp_path / "out",
+                                        general_audio.argparse.Namespace(**{**vars(args), "speech_init": None}))
+    assert "--init-from" not in scratch and scratch[scratch.index("--manifest") + 1] == str(manifests["asc"])
+
+
+@pytest.mark.system("espeak-ng")
+def test_synthetic_digits_carry_fsdd_labels_and_leave_out_the_held_out_words(tmp_path: Path) -> None:
+    manifest = general_audio.synthesise_digits(tmp_path, voices=2, seed=0)
+    rows = list(csv.DictReader(manifest.open()))
+    held = {"digit:" + d for d in general_audio.FSDD_HOLDOUT_WORDS}
+    assert {r["label"] for r in rows} == {f"digit:{d}" for d in range(10)} - held
+    assert len(rows) == 2 * (10 - len(held)) and all(r["speaker"].startswith("synth:") for r in rows)
+    assert all(Path(r["path"]).is_file() for r in rows)
+
+
 @pytest.mark.system("espeak-ng")
 def test_one_command_builds_a_loadable_routed_fusion_checkpoint(data: Path, speech_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "general-audio"
     argv = ["--data", str(data), "--out", str(out), "--work", str(tmp_path / "work"), "--speech-from", str(speech_checkpoint),
             "--pseudo-words", "1", "--pseudo-voices", "2", "--languages", "de,es", "--english-words", "2",
-            "--english-voices", "2", "--router-clips", "10", "--version", "3"]
+            "--english-voices", "2", "--digit-voices", "2", "--router-clips", "10", "--version", "3"]
     assert general_audio.main(argv) == 0
 
     config = json.loads((out / "config.json").read_text())
     assert config["family"] == "routed-fusion" and config["version"] == "3"
     assert config["reproduce"]["train"] == "recall train general-audio " + " ".join(argv)
     assert config["holdout"]["asc_words"] == []  # the given speech branch may have heard every keyword
+    assert config["holdout"]["fsdd_words"] == []  # ... and every digit
     assert "ESC-50" in (out / "DATA.md").read_text() and (out / "speech" / "config.json").is_file()
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["router_accuracy"]["speech"] > 0.9 and metrics["router_accuracy"]["non_speech"] > 0.9
