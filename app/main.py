@@ -11,8 +11,10 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app.api.deps import require_api_key
+from app.api.error_docs import finish_openapi
 from app.api.middleware import BodyLimit, RouteTimer
 from app.api.routes import collections, health, items, search
 from app.errors import ServiceError
@@ -87,9 +89,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse(body, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # RFC 9110: Allow lists every method of the path, not the first route's
+            headers["Allow"] = ", ".join(_allowed_methods(app, request))
+        return JSONResponse({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code,
+                            headers=headers)
 
     @app.exception_handler(Exception)
     async def unexpected_error(_: Request, exc: Exception) -> JSONResponse:
@@ -103,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     v1.include_router(search.router)
     app.include_router(v1)
     _mount_web(app)
+    finish_openapi(app, api_keys=bool(settings.api_keys))  # declared errors and key schemes (app/api/error_docs.py)
 
     def observe(method: str, route: str, status: int, seconds: float) -> None:
         target = getattr(app.state, "timer_target", None)
@@ -112,6 +119,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RouteTimer, observe=observe)
     app.add_middleware(BodyLimit, limit=lambda: settings.limits.max_upload_bytes)
     return app
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    # GET and POST /v1/collections are two routes; Starlette's own 405 names only the first one's
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 def _report_failure(services: Services) -> Any:

@@ -1,10 +1,34 @@
-"""Error responses for the OpenAPI document: one JSON error shape, one description per status code."""
+"""Error responses for the OpenAPI document: one JSON error shape, one description per status code.
+
+Every route lists the error codes it can answer with ``responses=error_responses(...)``; this table
+is the one place their descriptions live. tests/reliability/test_error_codes.py provokes each listed
+code on each route, and the schemathesis fuzz (tests/reliability/test_fuzz_api.py) fails on any
+code a route answers without listing it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-ERROR_SHAPE = {"content": {"application/json": {"example": {"error": {"code": "...", "message": "...", "details": {}}}}}}
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Machine-readable, e.g. not_found, invalid_input, payload_too_large")
+    message: str = Field(description="What went wrong and what to do, for a person")
+    details: Any = Field(None, description="Per-field or per-file problems, when there are any")
+
+
+class ErrorBody(BaseModel):
+    """The one error shape of every route: ``{"error": {"code", "message", "details"}}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: ErrorDetail
+
+
+EXAMPLE = {"error": {"code": "...", "message": "...", "details": {}}}
 
 DESCRIPTIONS = {
     400: "malformed JSON, base64 or multipart body",
@@ -19,7 +43,58 @@ DESCRIPTIONS = {
     503: "the service is still starting, or (cluster mode) an index shard is missing; the message names it",
 }
 
+# what every /v1 route can answer whatever it does: no key (401) and not loaded yet (503)
+V1 = (401, 503)
+# a route that reads a body also answers 400 (unparsable), 413 (the body limit) and 422 (invalid fields)
+BODY = (400, 413, 422)
+
 
 def error_responses(*codes: int, **overrides: str) -> dict[int | str, dict[str, Any]]:
     """``responses=`` for a route: each code with its description (``overrides`` as ``e503="..."``) and the error shape."""
-    return {code: {"description": overrides.get(f"e{code}", DESCRIPTIONS[code]), **ERROR_SHAPE} for code in codes}
+    return {
+        code: {"description": overrides.get(f"e{code}", DESCRIPTIONS[code]), "model": ErrorBody,
+               "content": {"application/json": {"example": EXAMPLE}}}
+        for code in sorted(set(codes))
+    }
+
+
+SECURITY_SCHEMES = {
+    "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+    "bearer": {"type": "http", "scheme": "bearer"},
+}
+
+
+def finish_openapi(app: FastAPI, api_keys: bool) -> None:
+    """The document as served: only declared 422s, and (with keys on) the key schemes of every /v1 route.
+
+    FastAPI adds a 422 (with its own body schema, which this service never sends: validation
+    errors answer the one error shape) to every route with a parameter, even where no value can
+    fail validation (a plain string path parameter). Routes that can answer 422 declare it with
+    ``error_responses``; the automatic ones are dropped, so the document claims no code a route
+    cannot give.
+    """
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = build()
+        for operations in spec.get("paths", {}).values():
+            for operation in operations.values():
+                response = operation.get("responses", {}).get("422", {})
+                schema = response.get("content", {}).get("application/json", {}).get("schema", {})
+                if schema.get("$ref", "").endswith("/HTTPValidationError"):
+                    del operation["responses"]["422"]
+        schemas = spec.get("components", {}).get("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(name, None)
+        if api_keys:  # either scheme is enough (deps.require_api_key)
+            spec.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
+            for path, operations in spec.get("paths", {}).items():
+                if path.startswith("/v1/"):
+                    for operation in operations.values():
+                        operation["security"] = [{"apiKey": []}, {"bearer": []}]
+        app.openapi_schema = spec
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -12,7 +12,9 @@ Mode = Literal["binary", "float", "two_stage"]
 class CollectionCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="1-64 letters, digits, '_', '-', '.'")
+    # the pattern is documented here and checked by Services.create_collection (NAME_PATTERN)
+    name: str = Field(description="1-64 letters, digits, '_', '-', '.'",
+                      json_schema_extra={"pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"})
     modality: Literal["audio", "image"]
     encoder: str | None = Field(None, description="Encoder name (GET /v1/encoders); default per modality")
     index_kinds: list[Literal["binary", "float"]] | None = Field(None, min_length=1, description="Default: both")

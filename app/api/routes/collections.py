@@ -7,6 +7,7 @@ from pathlib import Path
 from fastapi import APIRouter, Response
 
 from app.api.deps import ServicesDep
+from app.api.error_docs import BODY, V1, error_responses
 from app.api.schemas import CollectionCreate, CollectionPublic, CollectionsPublic
 from app.encoders.checkpoint import read_config
 from app.encoders.registry import is_versioned
@@ -14,7 +15,7 @@ from app.encoders.registry import is_versioned
 router = APIRouter(tags=["collections"])
 
 
-@router.get("/encoders")
+@router.get("/encoders", responses=error_responses(*V1))
 def list_encoders(services: ServicesDep) -> dict:
     """Every available encoder; loaded ones include their dims, bits and sample rate."""
     data = []
@@ -41,25 +42,26 @@ def _description(spec) -> str:
         return ""
 
 
-@router.post("/collections", status_code=201, response_model=CollectionPublic)
+@router.post("/collections", status_code=201, response_model=CollectionPublic,
+             responses=error_responses(*V1, *BODY, 409, e409="a collection with that name already exists"))
 async def create_collection(body: CollectionCreate, services: ServicesDep) -> dict:
     """Create a collection; defaults give a usable one with the modality's default encoder."""
     collection = await services.create_collection(body.model_dump())
     return services.stats(collection.name)
 
 
-@router.get("/collections", response_model=CollectionsPublic)
+@router.get("/collections", response_model=CollectionsPublic, responses=error_responses(*V1))
 def list_collections(services: ServicesDep) -> dict:
     data = [services.stats(name) for name in sorted(services.collections)]
     return {"data": data, "count": len(data)}
 
 
-@router.get("/collections/{name}", response_model=CollectionPublic)
+@router.get("/collections/{name}", response_model=CollectionPublic, responses=error_responses(*V1, 404))
 def read_collection(name: str, services: ServicesDep) -> dict:
     return services.stats(name)
 
 
-@router.delete("/collections/{name}", status_code=204)
+@router.delete("/collections/{name}", status_code=204, responses=error_responses(*V1, 404))
 async def delete_collection(name: str, services: ServicesDep) -> Response:
     await services.delete_collection(name)
     return Response(status_code=204)

@@ -15,7 +15,15 @@ def read_health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+_READY = {"type": "object", "required": ["status"], "properties": {
+    "status": {"type": "string", "enum": ["ready", "unavailable"]},
+    "collections": {"type": "integer"}, "reasons": {"type": "array", "items": {"type": "string"}}}}
+
+
+@router.get("/readyz", responses={
+    200: {"description": "Ready: encoders and indices are loaded", "content": {"application/json": {"schema": _READY}}},
+    503: {"description": "Not ready yet; `reasons` says what is still loading", "content": {"application/json": {"schema": _READY}}},
+})
 def read_readiness(request: Request) -> JSONResponse:
     """200 once encoders and indices are loaded; 503 with the reasons until then."""
     services = getattr(request.state, "services", None)
@@ -27,7 +35,8 @@ def read_readiness(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ready", "collections": len(services.collections)})
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response, responses={
+    200: {"description": "Prometheus exposition format", "content": {"text/plain": {"schema": {"type": "string"}}}}})
 def read_metrics(request: Request) -> Response:
     """Prometheus exposition format (answers while loading, too)."""
     services = request.state.services

@@ -5,7 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 
+from app.api.body_docs import INGEST_BODY, INGEST_RESPONSES
 from app.api.deps import JobsDep, ServicesDep
+from app.api.error_docs import BODY, V1, error_responses
 from app.api.uploads import ingest_uploads
 from app.errors import NotFound
 from app.usecases.ingest import ingest
@@ -19,7 +21,8 @@ _MEDIA_TYPES = {
 }
 
 
-@router.post("/collections/{name}/items")
+@router.post("/collections/{name}/items", openapi_extra=INGEST_BODY,
+             responses={**INGEST_RESPONSES, **error_responses(*V1, *BODY, 400, 404, 409, 415, 429)})
 async def create_items(name: str, request: Request, services: ServicesDep, jobs: JobsDep, wait: bool = True) -> JSONResponse:
     """Ingest files (multipart `files` + `ids` + `metadata`, or JSON `items` with base64); upsert by id.
 
@@ -40,7 +43,7 @@ async def create_items(name: str, request: Request, services: ServicesDep, jobs:
     return JSONResponse({"indexed": report.indexed, "errors": report.errors, "collection": name})
 
 
-@router.get("/collections/{name}/items")
+@router.get("/collections/{name}/items", responses=error_responses(*V1, 404, 422))
 def list_items(
     name: str,
     services: ServicesDep,
@@ -53,7 +56,10 @@ def list_items(
     return {"data": data, "count": total, "limit": limit, "offset": offset}
 
 
-@router.get("/collections/{name}/items/{item_id:path}/media")
+@router.get("/collections/{name}/items/{item_id:path}/media", response_class=FileResponse, responses={
+    200: {"description": "The stored original, with its media type", "content": {
+        t: {"schema": {"type": "string", "format": "binary"}} for t in sorted({*_MEDIA_TYPES.values(), "application/octet-stream"})}},
+    **error_responses(*V1, 404)})
 def read_item_media(name: str, item_id: str, services: ServicesDep) -> FileResponse:
     """The stored original, when the collection keeps media."""
     services.state(name)
@@ -68,19 +74,19 @@ def read_item_media(name: str, item_id: str, services: ServicesDep) -> FileRespo
 
 
 # ids may contain "/" (folder ingest uses relative paths), hence the path converter
-@router.get("/collections/{name}/items/{item_id:path}")
+@router.get("/collections/{name}/items/{item_id:path}", responses=error_responses(*V1, 404))
 def read_item(name: str, item_id: str, services: ServicesDep) -> dict:
     services.state(name)
     return _public(services.catalog.get_item(name, item_id))
 
 
-@router.delete("/collections/{name}/items/{item_id:path}", status_code=204)
+@router.delete("/collections/{name}/items/{item_id:path}", status_code=204, responses=error_responses(*V1, 404))
 async def delete_item(name: str, item_id: str, services: ServicesDep) -> Response:
     await services.delete_item(name, item_id)
     return Response(status_code=204)
 
 
-@router.get("/jobs/{job_id}")
+@router.get("/jobs/{job_id}", responses=error_responses(401, 404))
 def read_job(job_id: str, jobs: JobsDep) -> dict:
     """Progress of an ingest job: status, done/total, per-file errors."""
     return jobs.public(job_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.datastructures import UploadFile
 
+from app.api.body_docs import SEARCH_BODY
 from app.api.deps import ServicesDep
 from app.api.error_docs import error_responses
 from app.api.schemas import SearchRequest, SearchResponse
@@ -19,7 +20,7 @@ _FORM_FIELDS = set(SearchRequest.model_fields) - {"content_base64"}
 
 
 @router.post("/collections/{name}/search", response_model=SearchResponse, response_model_exclude_none=True,
-             responses=error_responses(400, 401, 404, 409, 413, 415, 422, 429, 503))
+             openapi_extra=SEARCH_BODY, responses=error_responses(400, 401, 404, 409, 413, 415, 422, 429, 503))
 async def search_collection(name: str, request: Request, services: ServicesDep) -> dict:
     """Multipart with a `file` part and form fields, or JSON with `item_id` / `text` / `content_base64`."""
     state = services.state(name)
