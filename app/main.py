@@ -122,13 +122,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
-    # GET and POST /v1/collections are two routes; Starlette's own 405 names only the first one's
-    methods: set[str] = set()
-    for route in app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return sorted(methods)
+    # GET and POST /v1/collections are two routes; Starlette's own 405 names only the first one's.
+    # Ask the router which methods fully match this path (included routers answer for their routes).
+    allowed = []
+    for method in ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"):
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
+            allowed.append(method)
+    return allowed
 
 
 def _report_failure(services: Services) -> Any:
