@@ -327,7 +327,8 @@ def run_soak(clients: int = 16, seconds: float = 600.0, max_requests: int = 200_
         "final": compare(done["model"], done["items"], done["stats"], run),
         "resources": _memory(done["samples"], done["fds_closed"]),
         "latency": latency,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                    "load_avg_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()]},  # other jobs share the cores
     }
     result["ok"] = (server_errors == 0 and not run.unexpected and result["final"]["matches_model"]
                     and result["final"]["index_matches_catalog"])

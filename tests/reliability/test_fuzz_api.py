@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections import defaultdict
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
 import httpx
@@ -95,7 +95,8 @@ def _build_schema(max_examples: int):
 
     @schema.hook
     def flatmap_path_parameters(context, path_parameters):
-        # half generated values, half seeded ones; DELETE routes get only a scratch target to remove
+        # the generated value or one of the seeded ones, equally likely; DELETE routes get only a
+        # scratch target to remove, so the other routes keep their collections and items
         if not path_parameters:
             return st.just(path_parameters)
         if context.operation.method.upper() == "DELETE":
@@ -174,7 +175,7 @@ def test_every_route_without_a_key(case, fuzz_service):
 
 def test_the_fuzz_reached_every_route_and_its_errors(fuzz_service):
     """Not only 404s: each route answered a success, and together they answered many error codes."""
-    if len(SEEN) < len(SPEC["paths"]):
+    if len(SEEN) < sum(len(operations) for operations in SPEC["paths"].values()):
         pytest.skip("run with the keyed fuzz tests (it reads what they saw)")
     unreached = {label: sorted(codes) for label, codes in SEEN.items() if not any(200 <= c < 300 for c in codes)}
     assert not unreached, f"routes the fuzz never got a success from: {unreached}"
