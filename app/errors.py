@@ -96,6 +96,20 @@ class Unhealthy(ServiceError):
     code = "unavailable"
 
 
+class StorageReadOnly(Unhealthy):
+    """The data directory's filesystem is read-only: writes are refused, reads and search go on."""
+
+    status_code = 503
+    code = "storage_read_only"
+
+
+class InsufficientStorage(ServiceError):
+    """The data directory's disk is full: nothing of the write was kept; retry once space is freed."""
+
+    status_code = 507
+    code = "insufficient_storage"
+
+
 class BackendError(ServiceError):
     """A model, index or storage failure that is not the client's fault."""
 

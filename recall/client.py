@@ -34,7 +34,7 @@ __all__ = ["RecallClient", "AsyncRecallClient", "raise_for_error"]
 _BY_STATUS: dict[int, type[errors.ServiceError]] = {
     400: errors.BadRequest, 401: errors.Unauthorized, 404: errors.NotFound, 409: errors.Conflict,
     413: errors.PayloadTooLarge, 415: errors.UnsupportedMedia, 422: errors.InvalidInput,
-    429: errors.Overloaded, 503: errors.Unhealthy,
+    429: errors.Overloaded, 503: errors.Unhealthy, 507: errors.InsufficientStorage,
 }
 _JOB_POLL_S = 0.2
 

@@ -41,7 +41,12 @@ DESCRIPTIONS = {
     429: "the batch queue is full; retry later",
     500: "the demo media is missing from this installation",
     503: "the service is still starting, or (cluster mode) an index shard is missing; the message names it",
+    507: "the data directory's disk is full (code insufficient_storage): nothing of the write was stored; "
+         "retry once space is freed, no restart needed",
 }
+# a route that writes to the data directory also answers 503 when it is read-only, and 507 when it is full
+WRITE_503 = ("the service is still starting, the data directory is read-only (code storage_read_only: nothing "
+             "was stored, search still works), or (cluster mode) an index shard is missing; the message names it")
 
 # what every /v1 route can answer whatever it does: no key (401) and not loaded yet (503)
 V1 = (401, 503)

@@ -5,7 +5,8 @@ it survives a killed process (and a power cut). Every write transaction takes a 
 number from ``writes``; segments carry the sequence that added them and ``tombstones`` record the
 sequence that removed them, which lets an index snapshot taken at sequence S be brought up to
 date by replaying rows with ``seq > S``. Segment ids come from AUTOINCREMENT and are never
-reused, so they are stable FAISS ids. The SQL itself lives in :mod:`app.storage.sql_catalog`,
+reused, so they are stable FAISS ids. A write that fails because the disk is full or read-only
+is rolled back and raised as its domain error (app/storage/disk_errors.py). The SQL itself lives in :mod:`app.storage.sql_catalog`,
 shared with the PostgreSQL catalog of cluster mode.
 """
 
@@ -15,6 +16,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from app.storage.disk_errors import disk_errors
 from app.storage.records import Collection, NewItem, WriteResult
 from app.storage.sql_catalog import SqlCatalog
 
@@ -41,16 +43,19 @@ class Catalog(SqlCatalog):
             self._db.close()
 
     def _execute(self, sql: str, params: tuple | list = ()) -> Any:
-        return self._db.execute(sql, params)
+        with disk_errors(self.path.parent):
+            return self._db.execute(sql, params)
 
     def _executemany(self, sql: str, rows: list[tuple]) -> None:
-        self._db.executemany(sql, rows)
+        with disk_errors(self.path.parent):
+            self._db.executemany(sql, rows)
 
     def _transaction(self) -> "_Tx":
-        return _Tx(self._db)
+        return _Tx(self._db, self.path.parent)
 
     def _insert_id(self, sql: str, params: tuple, id_column: str) -> int:
-        return int(self._db.execute(sql, params).lastrowid)
+        with disk_errors(self.path.parent):
+            return int(self._db.execute(sql, params).lastrowid)
 
     def _duplicate_errors(self) -> tuple[type[BaseException], ...]:
         return (sqlite3.IntegrityError,)
@@ -59,11 +64,27 @@ class Catalog(SqlCatalog):
 class _Tx:
     """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception; one writer at a time orders sequences."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, directory: Path) -> None:
         self.db = db
+        self.directory = directory
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        with disk_errors(self.directory):
+            self.db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if exc_type is None:
+            try:
+                with disk_errors(self.directory):
+                    self.db.execute("COMMIT")
+                return
+            except BaseException:
+                self._rollback()  # a COMMIT that failed (disk full) leaves the transaction open
+                raise
+        self._rollback()
+
+    def _rollback(self) -> None:
+        # SQLITE_FULL and some I/O errors roll the transaction back by themselves; a second
+        # ROLLBACK would raise "no transaction is active" over the error that matters
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")

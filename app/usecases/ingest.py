@@ -2,7 +2,8 @@
 
 Files are prepared concurrently (their windows share encoder batches) and committed together;
 a file that fails is reported by name with its error while the good ones are kept. Nothing is
-acknowledged before its transaction commits.
+acknowledged before its transaction commits. A full or read-only disk is not a per-file problem:
+it fails the whole chunk (its stored originals removed, nothing committed) with 507 or 503.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from app.errors import InvalidInput, ServiceError
+from app.errors import InsufficientStorage, InvalidInput, ServiceError, StorageReadOnly
 from app.features.windows import cut_windows
 from app.media.decode import Upload, decode_media
 from app.storage.catalog import NewItem
@@ -76,6 +77,10 @@ async def ingest(
     for start in range(0, len(pending), COMMIT_CHUNK):
         chunk = pending[start : start + COMMIT_CHUNK]
         prepared = await asyncio.gather(*(prepare(services, state, u) for u in chunk), return_exceptions=True)
+        disk = next((r for r in prepared if isinstance(r, (InsufficientStorage, StorageReadOnly))), None)
+        if disk is not None:
+            services.media.delete([r.media_path for r in prepared if isinstance(r, NewItem) and r.media_path])
+            raise disk
         good: list[NewItem] = []
         for upload, result in zip(chunk, prepared):
             if isinstance(result, BaseException):

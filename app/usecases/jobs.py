@@ -113,7 +113,10 @@ class JobRunner:
                 await self._run(job_id)
             except Exception as exc:  # noqa: BLE001 - a failed job is reported, the runner goes on
                 log.exception("job %s failed", job_id)
-                await asyncio.to_thread(self.catalog.finish_job, job_id, "failed", time.time(), error=str(exc))
+                try:
+                    await asyncio.to_thread(self.catalog.finish_job, job_id, "failed", time.time(), error=str(exc))
+                except Exception:  # noqa: BLE001 - a full or read-only disk refuses this write too; the runner goes on
+                    log.exception("job %s: could not record its failure", job_id)
 
     async def _run(self, job_id: str) -> None:
         job = self.public(job_id)

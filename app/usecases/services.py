@@ -16,7 +16,7 @@ from typing import Any
 
 from app.encoders.registry import discover
 from app.encoders.runtime import configure_torch
-from app.errors import Conflict, InvalidInput, NotFound
+from app.errors import Conflict, InsufficientStorage, InvalidInput, NotFound, StorageReadOnly
 from app.index import warm_up_hamming_kernels
 from app.metrics import Metrics
 from app.search.pipeline import Scans
@@ -113,7 +113,7 @@ class Services:
         for state in [*self.collections.values(), *self.retired]:
             await self.close_state(state)
             if state.index.unsnapshotted and not self.shared:
-                state.index.snapshot(self.catalog)
+                self._snapshot(state.index)
         self.catalog.close()
 
     async def close_state(self, state: CollectionState) -> None:
@@ -132,7 +132,7 @@ class Services:
         else:
             index = CollectionIndex.open(collection, self.catalog, self.index_dir, self.settings.index.shards)
             if index.unsnapshotted:
-                index.snapshot(self.catalog)
+                self._snapshot(index)
         scans = Scans(
             binary=SharedScan(index.binary, f"{collection.name}:binary") if index.binary is not None else None,
             float=SharedScan(index.float, f"{collection.name}:float") if index.float is not None else None,
@@ -216,9 +216,17 @@ class Services:
             else:
                 await asyncio.to_thread(state.index.apply, result)
             if state.index.unsnapshotted >= self.settings.index.snapshot_every and not self.shared:
-                await asyncio.to_thread(state.index.snapshot, self.catalog)
+                await asyncio.to_thread(self._snapshot, state.index)
         self.media.delete(result.replaced_media)
         return result
+
+    def _snapshot(self, index: CollectionIndex) -> None:
+        """Write an index snapshot, or log why not: a snapshot is a cache of the catalog, and the
+        write it follows is already committed; on a full or read-only disk it is retried later."""
+        try:
+            index.snapshot(self.catalog)
+        except (OSError, InsufficientStorage, StorageReadOnly) as exc:
+            log.warning("%s: index snapshot not written (%s); the catalog has every change", index.collection.name, exc)
 
     async def delete_item(self, collection: str, item_id: str) -> None:
         state = self.state(collection)

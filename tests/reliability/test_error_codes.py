@@ -10,6 +10,7 @@ request and checks the status and the one error shape. The schemathesis fuzz
 from __future__ import annotations
 
 import dataclasses
+import errno
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -20,8 +21,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.storage import media_store
 from app.usecases import demo_data
 from tests.conftest import error_of, make_settings, tone_wav
+from tests.reliability.disk_faults import FailingOs, FullDb
 
 KEY = "table-key"
 LIMIT = 300_000  # max_upload_bytes: a 1 s clip fits, a 400 kB body does not
@@ -126,6 +129,16 @@ def unsupported(ctx, route):
     return send(ctx, route, files=[(field, TEXT_FILE)])
 
 
+def disk_full(ctx, route):
+    """The data directory's disk full: ingest meets it storing the original (the real write path, fsync
+    failing with ENOSPC), a delete meets it in the catalog (SQLite's "database or disk is full")."""
+    if route[0] == "POST":
+        ctx.monkeypatch.setattr(media_store, "os", FailingOs(errno.ENOSPC))
+    else:
+        ctx.monkeypatch.setattr(ctx.services.catalog, "_db", FullDb(ctx.services.catalog._db))
+    return send(ctx, route)
+
+
 def demo_missing(ctx, route):
     ctx.monkeypatch.setattr(demo_data, "DEMO_DIR", ctx.tmp / "no-demo-here")
     return send(ctx, route)
@@ -163,6 +176,7 @@ PROVOKE: dict[tuple[str, str, int], Callable] = {
     ("POST", ITEMS, 422): lambda ctx, r: send(ctx, r, files=[("files", ("t.wav", tone_wav(700)))], data={"ids": "one,two"}),
     ("POST", ITEMS, 429): queue_full,
     ("POST", ITEMS, 503): unavailable,
+    ("POST", ITEMS, 507): disk_full,
     ("GET", ITEMS, 401): unauthorized,
     ("GET", ITEMS, 404): unknown_collection,
     ("GET", ITEMS, 422): lambda ctx, r: send(ctx, r, params={"limit": 0}),
@@ -176,6 +190,7 @@ PROVOKE: dict[tuple[str, str, int], Callable] = {
     ("DELETE", ITEM, 401): unauthorized,
     ("DELETE", ITEM, 404): lambda ctx, r: send(ctx, r, item="no-such-item"),
     ("DELETE", ITEM, 503): unavailable,
+    ("DELETE", ITEM, 507): disk_full,
     ("GET", "/v1/jobs/{job_id}", 401): unauthorized,
     ("GET", "/v1/jobs/{job_id}", 404): lambda ctx, r: send(ctx, r, job="0123456789abcdef"),
     ("POST", SEARCH, 400): malformed,

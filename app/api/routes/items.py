@@ -7,7 +7,7 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from app.api.body_docs import INGEST_BODY, INGEST_RESPONSES
 from app.api.deps import JobsDep, ServicesDep
-from app.api.error_docs import BODY, V1, error_responses
+from app.api.error_docs import BODY, V1, WRITE_503, error_responses
 from app.api.uploads import ingest_uploads
 from app.errors import NotFound
 from app.usecases.ingest import ingest
@@ -22,7 +22,7 @@ _MEDIA_TYPES = {
 
 
 @router.post("/collections/{name}/items", openapi_extra=INGEST_BODY,
-             responses={**INGEST_RESPONSES, **error_responses(*V1, *BODY, 400, 404, 409, 415, 429)})
+             responses={**INGEST_RESPONSES, **error_responses(*V1, *BODY, 400, 404, 409, 415, 429, 507, e503=WRITE_503)})
 async def create_items(name: str, request: Request, services: ServicesDep, jobs: JobsDep, wait: bool = True) -> JSONResponse:
     """Ingest files (multipart `files` + `ids` + `metadata`, or JSON `items` with base64); upsert by id.
 
@@ -80,7 +80,8 @@ def read_item(name: str, item_id: str, services: ServicesDep) -> dict:
     return _public(services.catalog.get_item(name, item_id))
 
 
-@router.delete("/collections/{name}/items/{item_id:path}", status_code=204, responses=error_responses(*V1, 404))
+@router.delete("/collections/{name}/items/{item_id:path}", status_code=204,
+               responses=error_responses(*V1, 404, 507, e503=WRITE_503))
 async def delete_item(name: str, item_id: str, services: ServicesDep) -> Response:
     await services.delete_item(name, item_id)
     return Response(status_code=204)
