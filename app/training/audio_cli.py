@@ -44,6 +44,9 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--patience", type=int, default=6, help="epochs without better validation MAP before stopping")
+    p.add_argument("--keep", choices=("best", "last"), default="best",
+                   help="best: the epoch with the best validation MAP (early stopping after --patience); "
+                        "last: every epoch runs and the last is kept")
     p.add_argument("--lr-patience", type=int, default=0, help="halve the learning rate after this many epochs without progress (0: never)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--alpha", type=float, default=0.01, help="penalisation weight (paper 004)")
@@ -142,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         manifest=args.manifest, model=args.model, bits=args.bits, out=args.out, name=args.name or Path(args.out).name,
         split_by=args.split_by, holdout=args.holdout, val_groups=args.val_groups, sample_rate=args.sample_rate,
         window_s=args.window, hop_s=args.hop, hidden=args.hidden, heads=args.heads, d_a=args.d_a, hash_norm=args.hash_norm, output_relu=args.output_relu, dropout=args.dropout,
-        epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience, lr_patience=args.lr_patience,
+        epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience, lr_patience=args.lr_patience, keep=args.keep,
         seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
         mining=args.mining, augment=args.augment, spec_augment=args.spec_augment, cache_dir=args.cache_dir or None, threads=args.threads,
         device=args.device, description=args.description, extra_manifests=args.extra_manifests, init_from=args.init_from,

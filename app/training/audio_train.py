@@ -65,6 +65,10 @@ class TrainConfig:
     lr: float = 1e-3
     patience: int = 6
     lr_patience: int = 0  # >0: halve the learning rate after this many epochs without a better val MAP
+    # "best": keep the epoch with the best validation MAP and stop after ``patience`` epochs without one;
+    # "last": run every epoch and keep the last, for when validation covers only part of what is
+    # learnt (a fine-tune on new words whose validation speaker knows only the old ones)
+    keep: str = "best"
     seed: int = 0
     alpha: float = 0.01
     beta: float = 1.0
@@ -336,7 +340,7 @@ class Trainer:
         if resume and self.load_state():
             print(f"resumed after epoch {self.epoch} (best val MAP {self.best:.4f})")
         cfg = self.cfg
-        while self.epoch < cfg.epochs and self.bad_epochs < cfg.patience:
+        while self.epoch < cfg.epochs and (cfg.keep == "last" or self.bad_epochs < cfg.patience):
             self.net.train()
             started, sums = time.time(), {}
             bar = tqdm(range(cfg.steps_per_epoch), desc=f"epoch {self.epoch + 1}/{cfg.epochs}", unit="step", leave=False)
@@ -358,8 +362,8 @@ class Trainer:
             improved = record["val_map"] > self.best
             self.best, self.bad_epochs = (record["val_map"], 0) if improved else (self.best, self.bad_epochs + 1)
             print(json.dumps(record), flush=True)
-            if improved:
-                self.save_checkpoint({"best_epoch": self.epoch, **record, "history": self.history})
+            if improved or cfg.keep == "last":
+                self.save_checkpoint({"best_epoch": self.epoch, "keep": cfg.keep, **record, "history": self.history})
             self.save_state()
         metrics = json.loads((self.out / "metrics.json").read_text())
         metrics["history"] = self.history

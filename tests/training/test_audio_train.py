@@ -110,3 +110,11 @@ def test_run_writes_a_checkpoint_the_registry_loads_and_resumes(manifest: Path, 
     waves = [np.zeros(100, np.float32), np.ones(3000, np.float32) * 0.1]
     check_embeddings(encoder.encode(waves), n=2, dim=16, bits=16)
     assert encoder.default_window_s == 0.25 and encoder.sample_rate == RATE
+
+
+def test_keep_last_runs_every_epoch_and_keeps_the_last(manifest: Path, tmp_path: Path) -> None:
+    out = tmp_path / "last"
+    # patience 1 would stop "best" after one epoch without progress; "last" ignores it
+    metrics = Trainer(_config(manifest, out, "attn-hash", epochs=3, patience=1, lr=0.0, keep="last")).run()
+    assert [h["epoch"] for h in metrics["history"]] == [1, 2, 3]
+    assert metrics["best_epoch"] == 3 and metrics["keep"] == "last"

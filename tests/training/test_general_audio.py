@@ -110,7 +110,14 @@ def test_fine_tuning_keeps_held_out_speakers_out_and_adds_the_english_digits(dat
     assert flag("--init-from") == "ckpt" and flag("--manifest") == str(data / "asc" / "asc.csv")
     assert flag("--holdout").split(",") == list(general_audio.ASC_HOLDOUT_SPEAKERS)
     extras = [argv[i + 1] for i, a in enumerate(argv) if a == "--extra-manifest"]
-    assert extras == [str(manifests["fsdd"]), str(synth["digits"])]  # no made-up words: it fine-tunes on digits
+    speeds = tmp_path / "fsdd-train-speeds.csv"
+    assert extras == [str(manifests["fsdd"]), str(speeds), str(synth["digits"])]  # no made-up words: digits
+    assert flag("--keep") == "last"
+    real, perturbed = list(csv.DictReader(manifests["fsdd"].open())), list(csv.DictReader(speeds.open()))
+    assert len(perturbed) == len(real) * len(general_audio.SPEED_FACTORS)
+    assert {r["speaker"] for r in perturbed} == {f"fsdd:george@{f:g}" for f in general_audio.SPEED_FACTORS}
+    first, fast = sf.info(real[0]["path"]), sf.info([r["path"] for r in perturbed if r["speaker"].endswith("@1.16")][0])
+    assert fast.samplerate == 8000 and abs(fast.frames - first.frames / 1.16) <= 1  # played 1.16 times faster
     scratch = general_audio.speech_argv(data, manifests, synth, tmp_path / "out",
                                         general_audio.argparse.Namespace(**{**vars(args), "speech_init": None}))
     assert "--init-from" not in scratch and scratch[scratch.index("--manifest") + 1] == str(manifests["asc"])
