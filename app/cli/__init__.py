@@ -15,6 +15,7 @@ _FEATURE_COMMANDS = {
     "train": "app.training.cli",
     "eval": "app.eval.cli",
     "reembed": "app.cli.reembed",
+    "backup": "app.cli.backup",  # and restore
 }
 _CORE_COMMANDS = "app.cli.core"
 
