@@ -12,6 +12,8 @@ export const ADVICE = {
   invalid_input: "Check that the file is complete and plays or opens on your computer (export it again if not), or correct the value the message names.",
   overloaded: "The service is busy with other work. Wait a few seconds and try again.",
   unavailable: "The service is starting up or shutting down. Wait a moment and try again; the page retries on its own while it starts.",
+  storage_read_only: "The service's data folder has become read-only, so nothing can be added or deleted now; searching still works. Whoever runs the service must make it writable again (no restart needed), then try again.",
+  insufficient_storage: "The service's disk is full, so nothing was added. Whoever runs the service must free space or grow the disk (no restart needed), then try again.",
   backend_error: "Something failed inside the service, not in what you sent. Try again; if it happens again, whoever runs the service can find the cause in its log.",
   internal_error: "Something failed inside the service, not in what you sent. Try again; if it happens again, whoever runs the service can find the cause in its log.",
   method_not_allowed: "The page and the service do not match (an old copy of the page?). Reload the page.",
@@ -22,7 +24,7 @@ export const ADVICE = {
 // The advice for an error: by the service's code, else by the HTTP status.
 export function advice(exc) {
   if (exc && ADVICE[exc.code]) return ADVICE[exc.code];
-  const byStatus = { 400: "bad_request", 401: "unauthorized", 404: "not_found", 409: "conflict", 413: "payload_too_large", 415: "unsupported_media", 422: "invalid_input", 429: "overloaded", 503: "unavailable" };
+  const byStatus = { 400: "bad_request", 401: "unauthorized", 404: "not_found", 409: "conflict", 413: "payload_too_large", 415: "unsupported_media", 422: "invalid_input", 429: "overloaded", 503: "unavailable", 507: "insufficient_storage" };
   const code = exc && (byStatus[exc.status] || (exc.status >= 500 ? "internal_error" : "http_error"));
   return ADVICE[code] || ADVICE.http_error;
 }
