@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -293,3 +294,27 @@ def test_a_real_read_only_remount_then_read_write(tmp_path):
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(media)], capture_output=True)
         subprocess.run(["umount", "-l", str(media)], capture_output=True)
+
+
+def test_a_background_job_that_meets_a_full_disk_fails_with_the_reason_and_the_next_one_runs(service, monkeypatch):
+    client, data_dir = service
+    before = state(client, data_dir, "au")
+    monkeypatch.setattr(media_store, "os", FailingOs(errno.ENOSPC))
+    job = client.post("/v1/collections/au/items?wait=false", files=[("files", ("j.wav", _wav(50)))], data={"ids": "j0"})
+    assert job.status_code == 202, job.text
+    failed = _wait_for_job(client, job.json()["id"])
+    assert failed["status"] == "failed" and "no space left" in failed["error"]
+    assert state(client, data_dir, "au") == before
+    monkeypatch.undo()
+    job = client.post("/v1/collections/au/items?wait=false", files=[("files", ("j.wav", _wav(50)))], data={"ids": "j0"})
+    assert _wait_for_job(client, job.json()["id"])["status"] == "completed"
+    assert top_hit(client, "au", 50) == "j0"
+
+
+def _wait_for_job(client, job_id: str) -> dict:
+    for _ in range(600):
+        body = client.get(f"/v1/jobs/{job_id}").json()
+        if body["status"] in ("completed", "failed"):
+            return body
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} did not finish: {body}")
