@@ -222,19 +222,30 @@ every step (for reports/audio/generalisation.md): {holdout}.
 ASC_ROW = ("| {part} | **Arabic Speech Commands** (Ghandoura, Hjabo, Al Dakkak, Engineering Applications of AI 2021; "
            "https://github.com/abdulkaderghandoura/arabic-speech-commands-dataset): 13 of 18 speakers | CC BY 4.0 |")
 FSDD_ROW = ("| {part} | **Free Spoken Digit Dataset** (https://github.com/Jakobovski/free-spoken-digit-dataset): "
-            "speakers george and lucas | CC BY-SA 4.0 |")
-SYNTH_ROW = ("| {part} | speech synthesised here by **espeak-ng**: made-up words in 30 languages and 184 English words, "
-             "many voices (app/training/synth_pseudowords.py, synth_speech.py) | made by this project |")
+            "speakers george and lucas{how} | CC BY-SA 4.0 |")
+SYNTH_ROW = ("| {part} | speech synthesised here by **espeak-ng**: made-up words in 30 languages, 184 English words and "
+             "the English digits, many voices (app/training/synth_pseudowords.py, synth_speech.py){how} | made by this project |")
 ESC_ROW = ("| sounds branch, router | **ESC-50** (K. J. Piczak, ACM Multimedia 2015; https://github.com/karolpiczak/ESC-50): "
            "17 of the 25 classes in ../shared/data; per-clip attributions in `sounds/DATA.md` | CC BY-NC 3.0 (ESC-10 clips CC BY 3.0) |")
+GIVEN_ROW = "| speech branch{what} | the `speech-attn-hash` checkpoint: see `speech/DATA.md` | CC BY 4.0 |"
 
 
-def data_md(name: str, holdout: dict[str, Any], speech_trained_here: bool) -> str:
-    speech = "speech branch, router" if speech_trained_here else "router"
-    rows = [] if speech_trained_here else ["| speech branch | the `speech-attn-hash` checkpoint: see `speech/DATA.md` | CC BY 4.0 |"]
-    rows += [ASC_ROW.format(part=speech if speech_trained_here else "speech branch, router"), FSDD_ROW.format(part=speech),
-             SYNTH_ROW.format(part=speech), ESC_ROW]
-    return DATA_MD.format(name=name, rows="\n".join(rows), holdout=json.dumps(holdout))
+def data_md(name: str, holdout: dict[str, Any], speech: str) -> str:
+    """DATA.md for a checkpoint whose speech branch was ``given`` (--speech-from), ``tuned`` here from
+    one (--speech-init) or trained from ``scratch``."""
+    held = ", ".join(holdout.get("fsdd_words", []))
+    if speech == "given":
+        rows = [GIVEN_ROW.format(what=""), ASC_ROW.format(part="speech branch, router"),
+                FSDD_ROW.format(part="router", how=""), SYNTH_ROW.format(part="router", how="")]
+    elif speech == "tuned":
+        rows = [GIVEN_ROW.format(what=" (its starting point)"), ASC_ROW.format(part="speech branch, router"),
+                FSDD_ROW.format(part="speech branch, router", how=f", also sped up and slowed down; digits {held} left out"),
+                SYNTH_ROW.format(part="speech branch (the digits), router", how=f"; digits {held} left out")]
+    else:
+        rows = [ASC_ROW.format(part="speech branch, router"),
+                FSDD_ROW.format(part="speech branch, router", how=f"; digits {held} left out"),
+                SYNTH_ROW.format(part="speech branch, router", how="")]
+    return DATA_MD.format(name=name, rows="\n".join([*rows, ESC_ROW]), holdout=json.dumps(holdout))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -281,7 +292,8 @@ def run(args: argparse.Namespace) -> int:
     metrics = {"router_accuracy": accuracy, "router_windows": {"speech": len(speech_windows), "other": len(other_windows)},
                "seconds": round(time.time() - started, 1)}
     assemble(args.out, speech_dir, sounds_dir, router, config, metrics)
-    (Path(args.out) / "DATA.md").write_text(data_md(name, config["holdout"], not args.speech_from))
+    (Path(args.out) / "DATA.md").write_text(data_md(name, config["holdout"],
+                                                        "given" if args.speech_from else "tuned" if args.speech_init else "scratch"))
     esc_attributions = Path(__file__).resolve().parent.parent / "assets" / "models" / "sounds-texture" / "DATA.md"
     if esc_attributions.is_file():  # the same ESC-50 training clips, with their Freesound credits
         shutil.copyfile(esc_attributions, Path(args.out) / "sounds" / "DATA.md")
