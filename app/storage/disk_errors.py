@@ -5,7 +5,7 @@ or 503 with the reason, and works again once space is freed (or the filesystem i
 read-write) without a restart. The signals differ by layer: ``OSError`` carries an errno
 (ENOSPC, EDQUOT, EROFS), SQLite an error code (SQLITE_FULL, SQLITE_READONLY), and some failures
 arrive only as a generic I/O error (SQLITE_IOERR, EIO). For those the filesystem itself is asked
-(``statvfs``): read-only flag set, or no free blocks left.
+(``statvfs``, then a small probe write): read-only, or out of space.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +41,11 @@ def read_only() -> StorageReadOnly:
 
 
 def probe(directory: Path) -> ServiceError | None:
-    """Ask the filesystem of ``directory`` whether it is read-only or out of space."""
+    """Ask the filesystem of ``directory`` whether it is read-only or out of space.
+
+    ``statvfs`` first; then a small write, because a filesystem the kernel turned read-only after an
+    error (ext4 ``errors=remount-ro``) still reports itself read-write there, but refuses with EROFS.
+    """
     try:
         stat = os.statvfs(directory)
     except OSError:
@@ -49,6 +54,21 @@ def probe(directory: Path) -> ServiceError | None:
         return read_only()
     if stat.f_bavail * stat.f_frsize < LOW_SPACE_BYTES:
         return full()
+    path = Path(directory) / f".write-probe-{uuid.uuid4().hex}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return full() if exc.errno in FULL_ERRNOS else read_only() if exc.errno in READ_ONLY_ERRNOS else None
+    finally:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass
     return None
 
 

@@ -318,3 +318,45 @@ def _wait_for_job(client, job_id: str) -> dict:
             return body
         time.sleep(0.05)
     raise AssertionError(f"job {job_id} did not finish: {body}")
+
+
+@pytest.fixture
+def failing_ext4(tmp_path):
+    """A small ext4 image, loop-mounted with errors=remount-ro: the kernel's own 'the disk turned read-only'."""
+    if os.geteuid() != 0:
+        pytest.skip("loop-mounting an ext4 image needs root")
+    image, directory = tmp_path / "disk.ext4", tmp_path / "ext4"
+    directory.mkdir()
+    subprocess.run(["truncate", "-s", "16M", str(image)], check=True)
+    made = subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], capture_output=True, text=True)
+    mounted = made.returncode == 0 and subprocess.run(
+        ["mount", "-o", "loop,errors=remount-ro", str(image), str(directory)], capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("no loop device or mkfs.ext4 here (the tmpfs tests above cover a full disk)")
+    device = subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(directory)], capture_output=True, text=True).stdout.strip()
+    trigger = Path("/sys/fs/ext4") / Path(device).name / "trigger_fs_error"
+    try:
+        if not trigger.exists():
+            pytest.skip(f"{trigger}: this kernel cannot simulate an ext4 error")
+        yield directory, trigger
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], capture_output=True)
+
+
+def test_a_disk_the_kernel_turns_read_only_under_the_catalog(failing_ext4, tmp_path):
+    """An ext4 error with errors=remount-ro: SQLite's next write fails, ingest answers 503 storage_read_only,
+    searches go on, and everything acknowledged before is there when the image is mounted again.
+    (An ext4 emergency read-only cannot be remounted read-write without unmounting: that needs a restart.)"""
+    directory, trigger = failing_ext4
+    data_dir = directory / "data"
+    settings = make_settings(tmp_path, data_dir=data_dir)
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/v1/collections", json={"name": "nm", "modality": "audio", "keep_media": False}).status_code == 201
+        assert ingest(client, "nm", ["a0", "a1"]).status_code == 200
+        before = state(client, data_dir, "nm")
+        trigger.write_text("1")
+        response = ingest(client, "nm", ["b0"], start=10)
+        assert response.status_code == 503, response.text
+        assert error_of(response)["details"] == {"reason": "read_only"}
+        assert top_hit(client, "nm", 1) == "a1"
+        assert state(client, data_dir, "nm") == before
