@@ -51,6 +51,13 @@ class Unauthorized(ServiceError):
     code = "unauthorized"
 
 
+class Forbidden(ServiceError):
+    """The API key is valid but lacks the scope (read, write, admin) the route needs."""
+
+    status_code = 403
+    code = "forbidden"
+
+
 class NotFound(ServiceError):
     """The named collection, item or job does not exist."""
 
@@ -87,6 +94,17 @@ class Overloaded(ServiceError):
 
     status_code = 429
     code = "overloaded"
+
+    def __init__(self, message: str, *, details: Any = None, retry_after: str | None = None) -> None:
+        super().__init__(message, details=details)
+        # the HTTP edge sends these with the error (Retry-After: whole seconds)
+        self.headers = {"Retry-After": retry_after} if retry_after else None
+
+
+class RateLimited(Overloaded):
+    """The client (its key, or its address when keys are off) is over its request rate."""
+
+    code = "rate_limited"
 
 
 class Unhealthy(ServiceError):

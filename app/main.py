@@ -13,14 +13,18 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from app.api.auth import Guard, GuardMiddleware, add_scope_docs
 from app.api.deps import require_api_key
 from app.api.error_docs import finish_openapi
+from app.api.job_gate import JobGate
 from app.api.middleware import BodyLimit, RouteTimer
+from app.api.rate_limit import RateLimiter
 from app.api.routes import collections, health, items, search
 from app.errors import ServiceError
 from app.metrics import gauge
 from app.settings import Settings
 from app.usecases.jobs import JobRunner
+from app.usecases.keys import KeyFile, KeyRing
 from app.usecases.services import Services
 
 log = logging.getLogger("recall")
@@ -80,7 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(ServiceError)
     async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse(exc.to_body(), status_code=exc.status_code)
+        return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -102,6 +106,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.exception("unhandled error", exc_info=exc)  # the trace goes to the log, never to the client
         return JSONResponse({"error": {"code": "internal_error", "message": "internal error; see the service log"}}, status_code=500)
 
+    keys = KeyRing(KeyFile(settings.resolved_keys_file()), [k.get_secret_value() for k in settings.api_keys])
+    # who may call what (scopes), and how often (token buckets): the /v1 routers' dependency uses it
+    app.state.guard = Guard(keys, RateLimiter(settings.limits.rate_per_s, settings.limits.rate_burst))
+    app.state.job_gate = JobGate(settings.limits.max_pending_jobs)
     app.include_router(health.router)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
     v1.include_router(collections.router)
@@ -109,13 +117,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     v1.include_router(search.router)
     app.include_router(v1)
     _mount_web(app)
-    finish_openapi(app, api_keys=bool(settings.api_keys))  # declared errors and key schemes (app/api/error_docs.py)
+    finish_openapi(app, api_keys=keys.enabled)  # declared errors and key schemes (app/api/error_docs.py)
+    add_scope_docs(app)  # each /v1 operation names the scope its key needs (app/api/auth.py)
 
     def observe(method: str, route: str, status: int, seconds: float) -> None:
         target = getattr(app.state, "timer_target", None)
         if target is not None:
             target.latency.labels(method, route, str(status)).observe(seconds)
 
+    app.add_middleware(GuardMiddleware, guard=app.state.guard)  # keys, scopes, rate: before any body is read
     app.add_middleware(RouteTimer, observe=observe)
     app.add_middleware(BodyLimit, limit=lambda: settings.limits.max_upload_bytes)
     return app

@@ -52,6 +52,18 @@ class LimitSettings(BaseModel):
     sync_ingest_files: int = Field(
         16, ge=1, description="Batches with more files answer 202 with a job id instead of waiting."
     )
+    max_files: int = Field(1000, ge=1, description="Most files (multipart parts or JSON items) in one ingest request; more gets 422.")
+    max_text_chars: int = Field(2000, ge=1, description="Longest text query, in characters; longer gets 422.")
+    max_page_size: int = Field(1000, ge=1, description="Largest `limit` when listing items; larger gets 422.")
+    max_pending_jobs: int = Field(
+        64, ge=1, description="Ingest jobs accepted by this process and not finished yet; one more gets 429 with Retry-After."
+    )
+    rate_per_s: float = Field(
+        500.0, ge=0,
+        description="Requests per second each API key (or client address, with keys off) may make to /v1 routes, "
+        "refilled continuously; over it a request gets 429 with Retry-After. 0 turns the limit off.",
+    )
+    rate_burst: int = Field(1000, ge=1, description="Requests a client may make at once before rate_per_s applies.")
 
 
 class ClusterSettings(BaseModel):
@@ -99,7 +111,13 @@ class Settings(BaseSettings):
     host: str = Field("0.0.0.0", description="Interface uvicorn binds.")
     port: int = Field(8000, ge=1, le=65535, description="Port uvicorn binds.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto uses CUDA when present.")
-    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list, description="When non-empty, every /v1 route needs one of these keys.")
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="Plain keys, each with every scope (read, write, admin); any key here or in keys_file turns keys on "
+        "for every /v1 route. Prefer keys_file: `recall keys create` stores only a hash, with the scopes you give.")
+    keys_file: Path | None = Field(
+        None, description="JSON file of hashed, scoped keys written by `recall keys`; default <data_dir>/keys.json. "
+        "Re-read when it changes: new and revoked keys take effect without a restart.")
     torch_threads: int = Field(2, ge=1, description="torch intra-op threads; with faiss also threaded, more is slower.")
     keep_media: bool = Field(True, description="Default for new collections: keep uploaded originals.")
     demo: bool = Field(False, description="Seed a demo collection on first start when the catalog is empty.")
@@ -122,6 +140,9 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [k.strip() for k in value.split(",") if k.strip()]
         return value
+
+    def resolved_keys_file(self) -> Path:
+        return self.keys_file if self.keys_file is not None else self.data_dir / "keys.json"
 
     def resolved_device(self) -> str:
         if self.device != "auto":

@@ -8,13 +8,13 @@ here, so ``except recall.NotFound`` catches what the service raised as ``NotFoun
 """
 
 from app.errors import (
-    BackendError, BadRequest, Conflict, InvalidInput, NotFound, Overloaded, PayloadTooLarge, ServiceError,
-    Unauthorized, Unhealthy, UnsupportedMedia,
+    BackendError, BadRequest, Conflict, Forbidden, InvalidInput, NotFound, Overloaded, PayloadTooLarge, RateLimited,
+    ServiceError, Unauthorized, Unhealthy, UnsupportedMedia,
 )
 from recall.client import AsyncRecallClient, RecallClient, raise_for_error
 
 __all__ = [
     "RecallClient", "AsyncRecallClient", "raise_for_error",
     "ServiceError", "BadRequest", "Unauthorized", "NotFound", "Conflict", "PayloadTooLarge", "UnsupportedMedia",
-    "InvalidInput", "Overloaded", "Unhealthy", "BackendError",
+    "InvalidInput", "Overloaded", "Unhealthy", "BackendError", "Forbidden", "RateLimited",
 ]

@@ -32,7 +32,7 @@ from recall.types import (
 __all__ = ["RecallClient", "AsyncRecallClient", "raise_for_error"]
 
 _BY_STATUS: dict[int, type[errors.ServiceError]] = {
-    400: errors.BadRequest, 401: errors.Unauthorized, 404: errors.NotFound, 409: errors.Conflict,
+    400: errors.BadRequest, 401: errors.Unauthorized, 403: errors.Forbidden, 404: errors.NotFound, 409: errors.Conflict,
     413: errors.PayloadTooLarge, 415: errors.UnsupportedMedia, 422: errors.InvalidInput,
     429: errors.Overloaded, 503: errors.Unhealthy, 507: errors.InsufficientStorage,
 }
@@ -49,7 +49,17 @@ def raise_for_error(response: httpx.Response) -> None:
     except (ValueError, KeyError, TypeError, AttributeError):
         message, details = response.text or response.reason_phrase, None
     default = errors.BadRequest if response.status_code < 500 else errors.BackendError
-    raise _BY_STATUS.get(response.status_code, default)(message, details=details)
+    cls = _BY_STATUS.get(response.status_code, default)
+    if response.status_code == 429 and _body_code(response) == "rate_limited":
+        cls = errors.RateLimited  # over the key's rate (Retry-After says when), not a full queue
+    raise cls(message, details=details)
+
+
+def _body_code(response: httpx.Response) -> str | None:
+    try:
+        return response.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _settings(base_url: str | None, api_key: str | None) -> tuple[str, dict[str, str]]:

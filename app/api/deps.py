@@ -1,13 +1,12 @@
-"""FastAPI dependencies: the services of the running app and API-key checking."""
+"""FastAPI dependencies: the services of the running app, and the fail-closed check of /v1 routes."""
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.errors import Unauthorized, Unhealthy
+from app.errors import Unhealthy
 from app.usecases.jobs import JobRunner
 from app.usecases.services import Services
 
@@ -31,20 +30,9 @@ JobsDep = Annotated[JobRunner, Depends(get_jobs)]
 
 
 async def require_api_key(request: Request) -> None:
-    """When keys are configured, accept `Authorization: Bearer K` or `X-API-Key: K`."""
-    keys = request.state.services.settings.api_keys
-    if not keys:
-        return
-    presented = request.headers.get("x-api-key")
-    auth = request.headers.get("authorization", "")
-    if presented is None and auth.lower().startswith("bearer "):
-        presented = auth[7:].strip()
-    if not presented:
-        raise Unauthorized("this service needs an API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
-    given = presented.encode()
-    # compare against every key without stopping early, in constant time per key
-    ok = False
-    for key in keys:
-        ok |= hmac.compare_digest(given, key.get_secret_value().encode())
-    if not ok:
-        raise Unauthorized("the API key is not valid")
+    """The /v1 routers' dependency: refuse a route that has no access rule (403) when keys are on.
+
+    The key, scope and rate checks of ruled routes run earlier, as middleware (app/api/auth.py), so
+    that they come before the body is parsed; create_app puts the Guard on ``app.state.guard``.
+    """
+    await request.app.state.guard.refuse_unruled(request)

@@ -33,12 +33,14 @@ EXAMPLE = {"error": {"code": "...", "message": "...", "details": {}}}
 DESCRIPTIONS = {
     400: "malformed JSON, base64 or multipart body",
     401: "API keys are on and none (or a wrong one) was sent",
+    403: "the API key is valid but lacks the scope this route needs (read, write or admin; see x-required-scope)",
     404: "no such collection, item or job",
     409: "conflict: the collection's encoder checkpoint version is not available (re-embed it or add the checkpoint)",
     413: "body, audio length or image size over the configured limit",
     415: "unsupported media format, or media of the wrong modality",
     422: "invalid parameter, or corrupt / too short media",
-    429: "the batch queue is full; retry later",
+    429: "too many requests from this key or address (code rate_limited, with Retry-After), or a bounded queue "
+         "is full (code overloaded: the batch queue, or the pending ingest jobs); retry later",
     500: "the demo media is missing from this installation",
     503: "the service is still starting, or (cluster mode) an index shard is missing; the message names it",
     507: "the data directory's disk is full (code insufficient_storage): nothing of the write was stored; "
@@ -48,8 +50,9 @@ DESCRIPTIONS = {
 WRITE_503 = ("the service is still starting, the data directory is read-only (code storage_read_only: nothing "
              "was stored, search still works), or (cluster mode) an index shard is missing; the message names it")
 
-# what every /v1 route can answer whatever it does: no key (401) and not loaded yet (503)
-V1 = (401, 503)
+# what every /v1 route can answer whatever it does: no key (401), a key without the route's scope (403),
+# over the rate limit (429) and not loaded yet (503)
+V1 = (401, 403, 429, 503)
 # a route that reads a body also answers 400 (unparsable), 413 (the body limit) and 422 (invalid fields)
 BODY = (400, 413, 422)
 

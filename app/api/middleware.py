@@ -1,4 +1,7 @@
-"""ASGI middleware: request-size limit (413 before parsing) and per-route latency metrics."""
+"""ASGI middleware: request-size limit (413 before parsing) and per-route latency metrics.
+
+The key and rate check (app/api/auth.py) is middleware too, and answers through :func:`send_error`.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +9,19 @@ import json
 import time
 from typing import Any, Awaitable, Callable
 
-from app.errors import PayloadTooLarge
+from app.errors import PayloadTooLarge, ServiceError
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-async def _send_error(send: Send, error: PayloadTooLarge) -> None:
+async def send_error(send: Send, error: ServiceError) -> None:
+    """An error answered by middleware (outside FastAPI's handlers): the one JSON shape and its headers."""
     body = json.dumps(error.to_body()).encode()
+    extra = [(k.lower().encode(), v.encode()) for k, v in (getattr(error, "headers", None) or {}).items()]
     await send({"type": "http.response.start", "status": error.status_code,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -35,7 +40,7 @@ class BodyLimit:
         error = PayloadTooLarge(f"the request body is over the {limit} byte limit; send fewer or smaller files")
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit() and int(value) > limit:
-                await _send_error(send, error)
+                await send_error(send, error)
                 return
         received = 0
 

@@ -69,7 +69,8 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     item_id: str | None = None
-    text: str | None = Field(None, min_length=1, max_length=2000)
+    # the longest text is a setting (limits.max_text_chars), checked by the query use case
+    text: str | None = Field(None, min_length=1, description="A sentence (image collections); at most limits.max_text_chars (default 2000)")
     content_base64: str | None = None
     k: int = Field(10, ge=1)
     mode: Mode = "two_stage"

@@ -42,22 +42,30 @@ def content_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
-async def read_form(request: Request) -> Any:
+async def read_form(request: Request, max_files: int = 10_000) -> Any:
     try:
-        return await request.form(max_files=10_000, max_fields=1000)
+        return await request.form(max_files=max_files, max_fields=1000)
     except Exception as exc:  # multipart parser errors carry no useful type
         if hasattr(exc, "status_code") and getattr(exc, "status_code") == 413:
             raise
+        if "Too many files" in str(exc):  # Starlette stops parsing at max_files + 1: a count, not a syntax error
+            raise InvalidInput(_too_many(max_files)) from exc
         raise BadRequest(f"the multipart body could not be parsed: {exc}") from exc
 
 
-async def ingest_uploads(request: Request) -> list[Upload]:
-    """Files from multipart (`files`, `ids`, `metadata`) or JSON (`items` with base64)."""
+def _too_many(max_files: int) -> str:
+    return f"more than {max_files} files in one request (limits.max_files); split the batch into several requests"
+
+
+async def ingest_uploads(request: Request, max_files: int) -> list[Upload]:
+    """Files from multipart (`files`, `ids`, `metadata`) or JSON (`items` with base64); at most ``max_files``."""
     kind = content_type(request)
     if kind == "application/json":
         from app.api.schemas import ItemsIn
 
         body = parse_model(ItemsIn, await read_json(request), "request body")
+        if len(body.items) > max_files:
+            raise InvalidInput(_too_many(max_files), details={"files": len(body.items), "max_files": max_files})
         return [
             Upload(
                 filename=item.filename or item.id or f"item-{n}",
@@ -69,7 +77,7 @@ async def ingest_uploads(request: Request) -> list[Upload]:
         ]
     if kind != "multipart/form-data":
         raise BadRequest("send multipart/form-data with 'files' parts, or application/json with an 'items' list")
-    form = await read_form(request)
+    form = await read_form(request, max_files)
     files = [f for f in form.getlist("files") if isinstance(f, UploadFile)]
     if not files:
         raise InvalidInput("no 'files' parts in the multipart body")

@@ -16,6 +16,7 @@ _FEATURE_COMMANDS = {
     "eval": "app.eval.cli",
     "reembed": "app.cli.reembed",
     "backup": "app.cli.backup",  # and restore
+    "keys": "app.cli.keys",  # create, list, revoke
 }
 _CORE_COMMANDS = "app.cli.core"
 

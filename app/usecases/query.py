@@ -114,8 +114,11 @@ async def run_search(
 ) -> dict[str, Any]:
     started = time.perf_counter()
     state = services.state(name)
-    if params.k > services.settings.limits.max_k:
-        raise InvalidInput(f"k must be between 1 and {services.settings.limits.max_k}, got {params.k}")
+    limits = services.settings.limits
+    if params.k > limits.max_k:
+        raise InvalidInput(f"k must be between 1 and {limits.max_k}, got {params.k}")
+    if params.text is not None and len(params.text) > limits.max_text_chars:
+        raise InvalidInput(f"the text is {len(params.text)} characters; the limit is {limits.max_text_chars} (limits.max_text_chars)")
     timings: dict[str, float] = {}
     query = await build_query(services, state, params, upload, timings, announcement)
     rerank = params.text is not None and params.rerank and (await services.encoders.load(state.collection.encoder_key)).supports_rerank

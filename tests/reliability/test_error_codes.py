@@ -20,9 +20,11 @@ from typing import Callable
 import pytest
 from fastapi.testclient import TestClient
 
+from app.api.auth import required_scopes
 from app.main import create_app
 from app.storage import media_store
 from app.usecases import demo_data
+from app.usecases.keys import KeyFile
 from tests.conftest import error_of, make_settings, tone_wav
 from tests.reliability.disk_faults import FailingOs, FullDb
 
@@ -139,6 +141,24 @@ def disk_full(ctx, route):
     return send(ctx, route)
 
 
+def forbidden(ctx, route):
+    """A valid key without the route's scope (app/api/auth.py): a write-only key on a read route, else read-only."""
+    needed = required_scopes(*route)
+    return send(ctx, route, headers={"X-API-Key": ctx.write_key if needed == {"read"} else ctx.read_key})
+
+
+def rate_limited(ctx, route):
+    """A key whose bucket is empty: one token and almost no refill, spent on a cheap request first."""
+    limiter = ctx.client.app.state.guard.limiter
+    ctx.monkeypatch.setattr(limiter, "rate", 0.001)
+    ctx.monkeypatch.setattr(limiter, "burst", 1)
+    headers = {"X-API-Key": ctx.limited_key}
+    ctx.client.get("/v1/encoders", headers=headers)
+    response = send(ctx, route, headers=headers)
+    assert response.status_code != 429 or int(response.headers["retry-after"]) >= 1
+    return response
+
+
 def demo_missing(ctx, route):
     ctx.monkeypatch.setattr(demo_data, "DEMO_DIR", ctx.tmp / "no-demo-here")
     return send(ctx, route)
@@ -227,6 +247,13 @@ PROVOKE: dict[tuple[str, str, int], Callable] = {
 }
 
 
+# every route behind a key also answers 403 (a key without its scope) and 429 (its key over the rate)
+for _method, _path, _code in list(PROVOKE):
+    if _code == 401:
+        PROVOKE[(_method, _path, 403)] = forbidden
+        PROVOKE.setdefault((_method, _path, 429), rate_limited)
+
+
 # --- the service ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -234,6 +261,9 @@ def service(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("codes")
     settings = make_settings(tmp, api_keys=[KEY], limits={"max_upload_bytes": LIMIT},
                              batching={"max_batch_size": 1, "max_wait_ms": 0, "max_queue": 1})
+    keys = KeyFile(settings.resolved_keys_file())  # scoped keys next to the all-scope KEY
+    scoped = {f"{n}_key": keys.create(scopes)[0] for n, scopes in (("read", "read"), ("write", "write"),
+                                                                    ("limited", "read,write,admin"))}
     with TestClient(create_app(settings)) as client:
         headers = {"X-API-Key": KEY}
         for name in ("au", "old"):
@@ -247,7 +277,7 @@ def service(tmp_path_factory):
         state = services.collections["old"]
         state.collection = dataclasses.replace(state.collection, encoder_version="0-gone")
         yield SimpleNamespace(client=client, services=services, job=job.json()["id"], tmp=tmp,
-                              spec=client.get("/openapi.json").json())
+                              spec=client.get("/openapi.json").json(), **scoped)
 
 
 def documented_errors(spec: dict) -> set[tuple[str, str, int]]:

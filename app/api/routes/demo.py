@@ -15,7 +15,7 @@ router = APIRouter(tags=["demo"])
 
 @router.post(
     "/demo",
-    responses=error_responses(401, 500, 503, e503="the service is still starting"),
+    responses=error_responses(401, 403, 429, 500, 503, e503="the service is still starting"),
 )
 async def add_demo(services: ServicesDep) -> dict[str, Any]:
     """Create the demo collections that do not exist yet (real spoken words, sounds and photos).

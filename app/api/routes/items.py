@@ -9,7 +9,7 @@ from app.api.body_docs import INGEST_BODY, INGEST_RESPONSES
 from app.api.deps import JobsDep, ServicesDep
 from app.api.error_docs import BODY, V1, WRITE_503, error_responses
 from app.api.uploads import ingest_uploads
-from app.errors import NotFound
+from app.errors import InvalidInput, NotFound
 from app.usecases.ingest import ingest
 
 router = APIRouter(tags=["items"])
@@ -29,9 +29,12 @@ async def create_items(name: str, request: Request, services: ServicesDep, jobs:
     Small batches answer 200 once committed; large ones, or `?wait=false`, answer 202 with a job.
     """
     state = services.state(name)
-    uploads = await ingest_uploads(request)
+    uploads = await ingest_uploads(request, services.settings.limits.max_files)
     if not wait or len(uploads) > services.settings.limits.sync_ingest_files:
+        gate = request.app.state.job_gate  # limits.max_pending_jobs: 429 with Retry-After when full
+        gate.admit(jobs.catalog.get_job)
         job = jobs.submit(name, uploads)
+        gate.add(job["id"])
         return JSONResponse(job, status_code=202, headers={"Location": f"/v1/jobs/{job['id']}"})
     report = await ingest(services, state, uploads)
     if not report.indexed:
@@ -47,10 +50,13 @@ async def create_items(name: str, request: Request, services: ServicesDep, jobs:
 def list_items(
     name: str,
     services: ServicesDep,
-    limit: int = Query(50, ge=1, le=1000),
+    limit: int = Query(50, ge=1, description="Page size, at most limits.max_page_size (default 1000)"),
     offset: int = Query(0, ge=0),
 ) -> dict:
     services.state(name)
+    if limit > services.settings.limits.max_page_size:
+        raise InvalidInput(f"limit is {limit}; the largest page is {services.settings.limits.max_page_size} "
+                           "items (limits.max_page_size): page with offset")
     data = [_public(i) for i in services.catalog.list_items(name, limit, offset)]
     total, _ = services.catalog.counts(name)
     return {"data": data, "count": total, "limit": limit, "offset": offset}
@@ -87,7 +93,7 @@ async def delete_item(name: str, item_id: str, services: ServicesDep) -> Respons
     return Response(status_code=204)
 
 
-@router.get("/jobs/{job_id}", responses=error_responses(401, 404))
+@router.get("/jobs/{job_id}", responses=error_responses(401, 403, 404, 429))
 def read_job(job_id: str, jobs: JobsDep) -> dict:
     """Progress of an ingest job: status, done/total, per-file errors."""
     return jobs.public(job_id)

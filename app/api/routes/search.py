@@ -20,7 +20,7 @@ _FORM_FIELDS = set(SearchRequest.model_fields) - {"content_base64"}
 
 
 @router.post("/collections/{name}/search", response_model=SearchResponse, response_model_exclude_none=True,
-             openapi_extra=SEARCH_BODY, responses=error_responses(400, 401, 404, 409, 413, 415, 422, 429, 503))
+             openapi_extra=SEARCH_BODY, responses=error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503))
 async def search_collection(name: str, request: Request, services: ServicesDep) -> dict:
     """Multipart with a `file` part and form fields, or JSON with `item_id` / `text` / `content_base64`."""
     state = services.state(name)

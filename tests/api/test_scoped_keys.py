@@ -1,0 +1,143 @@
+"""Scoped keys: every route has an access rule, keys are stored hashed, 401 without a key, 403 without the scope."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi import APIRouter, Depends
+from fastapi.testclient import TestClient
+
+from app.api.auth import PUBLIC, ROUTE_SCOPES, openapi_path
+from app.api.deps import require_api_key
+from app.cli import main as cli_main
+from app.main import create_app
+from app.usecases.keys import SCOPES, KeyFile, hash_key
+from tests.conftest import error_of, make_settings
+
+PLAIN = "plain-all-scopes"
+
+
+def operations(spec: dict) -> set[tuple[str, str]]:
+    return {(method.upper(), path) for path, ops in spec["paths"].items() for method in ops}
+
+
+def unguarded(spec: dict) -> set[tuple[str, str]]:
+    """Operations of the document with no rule in ROUTE_SCOPES."""
+    ruled = {(method, openapi_path(path)) for method, path in ROUTE_SCOPES}
+    return operations(spec) - ruled
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    settings = make_settings(tmp_path_factory.mktemp("scoped"), api_keys=[PLAIN])
+    keys = KeyFile(settings.resolved_keys_file())
+    # for each scope: a key holding only it, and a key holding every scope but it
+    only = {scope: keys.create(scope, f"only-{scope}")[0] for scope in SCOPES}
+    without = {scope: keys.create(set(SCOPES) - {scope}, f"not-{scope}")[0] for scope in SCOPES}
+    with TestClient(create_app(settings)) as client:
+        yield client, keys, only, without
+
+
+def test_every_route_of_the_openapi_document_has_an_access_rule(service):
+    client = service[0]
+    spec = client.app.openapi()
+    assert not unguarded(spec), f"routes with no rule in app/api/auth.py ROUTE_SCOPES: {sorted(unguarded(spec))}"
+    stale = {(m, openapi_path(p)) for m, p in ROUTE_SCOPES} - operations(spec)
+    assert not stale, f"rules for routes that do not exist: {sorted(stale)}"
+    # the document tells a client which scope each /v1 operation needs
+    for (method, path), scope in ROUTE_SCOPES.items():
+        operation = spec["paths"][openapi_path(path)][method.lower()]
+        assert operation.get("x-required-scope") == (None if scope == PUBLIC else scope)
+        if scope != PUBLIC:
+            assert {"403", "429"} <= set(operation["responses"])
+
+
+def test_a_new_route_without_a_rule_is_caught_by_the_walk_and_refused_at_run_time(tmp_path):
+    settings = make_settings(tmp_path, api_keys=[PLAIN])
+    app = create_app(settings)
+    extra = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
+
+    @extra.get("/unruled")
+    def unruled() -> dict:
+        return {"ok": True}
+
+    app.include_router(extra)
+    app.openapi_schema = None
+    assert unguarded(app.openapi()) == {("GET", "/v1/unruled")}
+    with TestClient(app) as client:
+        refused = client.get("/v1/unruled", headers={"X-API-Key": PLAIN})  # even a key with every scope
+        assert refused.status_code == 403 and "no access rule" in error_of(refused)["message"]
+
+
+def _path(template: str) -> str:
+    # names that do not exist: an admitted request answers 404/422 and changes nothing
+    return (openapi_path(template).replace("{name}", "no-such-collection").replace("{item_id}", "no-such-item")
+            .replace("{job_id}", "0123456789abcdef"))
+
+
+@pytest.mark.parametrize("rule", sorted(ROUTE_SCOPES), ids=lambda r: f"{r[0]} {r[1]}")
+def test_each_route_needs_exactly_its_scope(service, rule):
+    client, _, only, without = service
+    method, template = rule
+    scope = ROUTE_SCOPES[rule]
+    path = _path(template)
+    if scope == PUBLIC:
+        assert client.request(method, path).status_code not in (401, 403)
+        return
+    assert client.request(method, path).status_code == 401
+    refused = client.request(method, path, headers={"X-API-Key": without[scope]})
+    assert refused.status_code == 403, refused.text
+    body = error_of(refused)
+    assert body["code"] == "forbidden" and body["details"]["needed"] == [scope]
+    for key in (only[scope], PLAIN):
+        admitted = client.request(method, path, headers={"Authorization": f"Bearer {key}"}, json={})
+        assert admitted.status_code not in (401, 403), (rule, admitted.text)
+
+
+def test_keys_are_stored_as_their_sha256_only(service):
+    _, keys, only, _ = service
+    text = keys.path.read_text()
+    stored = {row["id"]: row["hash"] for row in json.loads(text)["keys"]}
+    for key in only.values():
+        secret = key.split("_", 2)[2]
+        assert key not in text and secret not in text
+        assert stored[key.split("_")[1]] == hash_key(key)
+    assert keys.path.stat().st_mode & 0o077 == 0  # owner-only
+
+
+def test_a_wrong_secret_with_a_real_id_is_refused(service):
+    client, _, only, _ = service
+    key = only["read"]
+    forged = key[:-4] + ("AAAA" if not key.endswith("AAAA") else "BBBB")
+    assert client.get("/v1/collections", headers={"X-API-Key": forged}).status_code == 401
+    assert client.get("/v1/collections", headers={"X-API-Key": key}).status_code == 200
+
+
+def test_keys_created_and_revoked_with_the_cli_take_effect_without_a_restart(service, capsys):
+    client, keys, _, _ = service
+    data_dir = str(keys.path.parent)
+    assert cli_main(["keys", "create", "--scopes", "read", "--name", "dashboard", "--data-dir", data_dir]) == 0
+    key = capsys.readouterr().out.strip()
+    assert key.startswith("rk_")
+    assert client.get("/v1/collections", headers={"X-API-Key": key}).status_code == 200
+    assert client.post("/v1/collections", json={"name": "x", "modality": "audio"}, headers={"X-API-Key": key}).status_code == 403
+
+    assert cli_main(["keys", "list", "--json", "--data-dir", data_dir]) == 0
+    listed = {row["id"]: row for row in json.loads(capsys.readouterr().out)}
+    ident = key.split("_")[1]
+    assert listed[ident]["scopes"] == ["read"] and listed[ident]["name"] == "dashboard" and "hash" not in listed[ident]
+
+    assert cli_main(["keys", "revoke", ident, "--data-dir", data_dir]) == 0
+    assert client.get("/v1/collections", headers={"X-API-Key": key}).status_code == 401
+    assert cli_main(["keys", "revoke", ident, "--data-dir", data_dir]) == 1
+    assert cli_main(["keys", "create", "--scopes", "read,root", "--data-dir", data_dir]) == 2
+
+
+def test_a_key_file_alone_turns_keys_on(tmp_path):
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/v1/collections").status_code == 200  # no keys anywhere: open
+        key, _ = KeyFile(settings.resolved_keys_file()).create("read,write")
+        assert client.get("/v1/collections").status_code == 401
+        assert client.get("/v1/collections", headers={"X-API-Key": key}).status_code == 200
