@@ -9,6 +9,8 @@ Same SQL and semantics as the SQLite catalog (:mod:`app.storage.sql_catalog`). W
   a reader that sees ``last_seq == S`` can replay everything up to S exactly (see sql_catalog);
 * migrations run under a transaction-scoped advisory lock, so processes starting together
   migrate once;
+* a full disk (SQLSTATE 53100) or a read-only server (25006) rolls the write back and raises
+  507 / 503 domain errors, as the SQLite catalog does for its disk (app/storage/disk_errors.py);
 * segment rows go in with one COPY after drawing their ids from the column's sequence (a
   10-minute recording is 1200 rows, not 1200 round trips).
 """
@@ -22,9 +24,14 @@ from typing import Any, Iterator
 import psycopg
 from psycopg import errors as pg_errors
 
+from app.errors import InsufficientStorage, StorageReadOnly
 from app.storage.sql_catalog import SqlCatalog
 
 MIGRATION_LOCK = 0x52454341  # "RECA": the advisory lock id migrations take
+PG_FULL = ("the PostgreSQL catalog has no space left: nothing of this write was stored; "
+           "free space on its server and retry, no restart needed")
+PG_READ_ONLY = ("the PostgreSQL catalog accepts no writes (a read-only standby, or default_transaction_read_only): "
+                "nothing of this write was stored; search still works; point RECALL_CATALOG_URL at the primary")
 
 
 class _Row(tuple):
@@ -87,6 +94,10 @@ class PostgresCatalog(SqlCatalog):
         try:
             with self._db.transaction():
                 yield
+        except pg_errors.DiskFull as exc:  # SQLSTATE 53100: rolled back, like SQLite's SQLITE_FULL
+            raise InsufficientStorage(PG_FULL, details={"reason": "disk_full"}) from exc
+        except pg_errors.ReadOnlySqlTransaction as exc:  # 25006: a read-only standby, or writes switched off
+            raise StorageReadOnly(PG_READ_ONLY, details={"reason": "read_only"}) from exc
         finally:
             self._in_tx.active = False
 

@@ -360,3 +360,34 @@ def test_a_disk_the_kernel_turns_read_only_under_the_catalog(failing_ext4, tmp_p
         assert error_of(response)["details"] == {"reason": "read_only"}
         assert top_hit(client, "nm", 1) == "a1"
         assert state(client, data_dir, "nm") == before
+
+
+def test_a_postgres_catalog_that_is_full_or_read_only(tmp_path, pg_url):
+    """Cluster mode's catalog: PostgreSQL's own disk_full (raised by the server, from a trigger) answers 507 and
+    a read-only server (default_transaction_read_only) 503; nothing is kept, search goes on, and both clear
+    without a restart."""
+    import psycopg
+
+    settings = make_settings(tmp_path, catalog_url=pg_url)
+    with TestClient(create_app(settings)) as client, psycopg.connect(pg_url, autocommit=True) as admin:
+        assert client.post("/v1/collections", json={"name": "au", "modality": "audio"}).status_code == 201
+        assert ingest(client, "au", ["a0", "a1"]).status_code == 200
+        before = state(client, settings.data_dir, "au")
+        admin.execute("CREATE FUNCTION full_disk() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                      "RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = 'disk_full'; END $$")
+        admin.execute("CREATE TRIGGER full_disk BEFORE INSERT ON segments EXECUTE FUNCTION full_disk()")
+        response = ingest(client, "au", ["b0", "a0"], start=10)
+        assert response.status_code == 507, response.text
+        assert error_of(response)["details"] == {"reason": "disk_full"}
+        assert state(client, settings.data_dir, "au") == before  # the originals stored for it are gone again
+        assert top_hit(client, "au", 1) == "a1"
+        admin.execute("DROP TRIGGER full_disk ON segments")
+
+        catalog = client.app_state["services"].catalog
+        catalog._db.execute("SET default_transaction_read_only = on")
+        response = ingest(client, "au", ["b0"], start=10)
+        assert response.status_code == 503 and error_of(response)["details"] == {"reason": "read_only"}
+        assert state(client, settings.data_dir, "au") == before
+        catalog._db.execute("SET default_transaction_read_only = off")
+        assert ingest(client, "au", ["b0"], start=10).status_code == 200
+        assert top_hit(client, "au", 10) == "b0"
