@@ -42,7 +42,7 @@ def backup_command(args: argparse.Namespace) -> int:
         return 2
     try:
         summary = backup(Path(settings.data_dir), Path(args.dest))
-    except BackupError as exc:
+    except (BackupError, OSError) as exc:  # OSError: e.g. the destination's disk is full; nothing is left behind
         print(f"recall backup: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(summary, indent=1))
@@ -54,7 +54,7 @@ def restore_command(args: argparse.Namespace) -> int:
 
     try:
         summary = restore(Path(args.src), Path(args.data_dir))
-    except BackupError as exc:
+    except (BackupError, OSError) as exc:
         print(f"recall restore: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(summary, indent=1))

@@ -57,8 +57,7 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise BackupError(f"{dest} exists and is not an empty folder; back up into a new one")
     started = time.monotonic()
-    staging = dest.with_name(f".{dest.name}.partial-{uuid.uuid4().hex[:8]}")
-    staging.mkdir(parents=True)
+    staging = _staging(dest, "partial")
     store = MediaStore(data_dir / "media")
     marker = store.root / BACKUPS / f"{os.getpid()}-{uuid.uuid4().hex}"
     marker.parent.mkdir(parents=True, exist_ok=True)
@@ -91,10 +90,7 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
         }
         _write_durably(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
         _fsync_tree(staging)
-        if dest.exists():
-            dest.rmdir()
-        os.replace(staging, dest)
-        _fsync_dir(dest.parent)
+        _land(staging, dest, last=MANIFEST)  # the manifest is what marks a finished backup
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -179,18 +175,14 @@ def restore(src: Path, data_dir: Path) -> dict[str, Any]:
         raise BackupError(f"{data_dir} is not empty; restore into a new data directory (nothing was changed)")
     verify(src, manifest)
     started = time.monotonic()
-    staging = data_dir.with_name(f".{data_dir.name}.restoring-{uuid.uuid4().hex[:8]}")
+    staging = _staging(data_dir, "restoring")
     try:
         for relative in manifest["files"]:
             target = staging / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src / relative, target)
         _fsync_tree(staging)
-        if data_dir.exists():
-            data_dir.rmdir()
-        data_dir.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staging, data_dir)
-        _fsync_dir(data_dir.parent)
+        _land(staging, data_dir, last=CATALOG)  # without its catalog a data directory is plainly unfinished
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -232,6 +224,28 @@ def verify(src: Path, manifest: dict[str, Any]) -> None:
 
 
 # --- files ----------------------------------------------------------------------------------
+
+def _staging(target: Path, label: str) -> Path:
+    """Where a result is built before it lands at ``target``: beside it, or inside it when it already exists
+    (an empty volume's mount point cannot be replaced by a rename, and a sibling may be another filesystem)."""
+    tag = f"{label}-{uuid.uuid4().hex[:8]}"
+    staging = target / f".{tag}" if target.exists() else target.with_name(f".{target.name}.{tag}")
+    staging.mkdir(parents=True)
+    return staging
+
+
+def _land(staging: Path, target: Path, last: str) -> None:
+    """Move the finished result into place: one rename, or (staged inside ``target``) one per entry with
+    ``last`` moved last, so that an interrupted move is recognisably unfinished."""
+    if staging.parent != target:
+        os.replace(staging, target)
+        _fsync_dir(target.parent)
+        return
+    for entry in sorted(staging.iterdir(), key=lambda p: p.name == last):
+        os.replace(entry, target / entry.name)
+    staging.rmdir()
+    _fsync_dir(target)
+
 
 def _read_only(path: Path) -> str:
     """A URI opening a backup's catalog (one file, no WAL) without ever writing to it."""

@@ -152,6 +152,20 @@ def test_restore_checks_the_backup_and_refuses_a_used_directory(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
 
 
+def test_backup_and_restore_into_existing_empty_folders(tmp_path):
+    """An empty volume's mount point cannot be renamed over: the result is built inside it and moved up."""
+    data_dir = _service_with_items(tmp_path)
+    (tmp_path / "bk").mkdir()
+    (tmp_path / "new").mkdir()
+    backup(data_dir, tmp_path / "bk")
+    restore(tmp_path / "bk", tmp_path / "new")
+    assert sorted(p.name for p in (tmp_path / "bk").iterdir()) == ["catalog.sqlite3", "indices", "manifest.json", "media"]
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["catalog.sqlite3", "indices", "media"]
+    with TestClient(create_app(make_settings(tmp_path, data_dir=tmp_path / "new"))) as http:
+        assert http.get("/v1/collections/c").json()["items"] == 2
+        assert http.get("/v1/collections/c/items/x/media").content == _wav(1)
+
+
 def test_an_index_snapshot_newer_than_the_catalog_copy_is_left_for_a_rebuild(tmp_path):
     ids, rows = [np.arange(3, dtype=np.int64)], [np.zeros((3, 4), np.uint8)]
     write_snapshot(tmp_path / "s.faiss", kind=1, width=32, last_seq=7, ids=ids, rows=rows)
