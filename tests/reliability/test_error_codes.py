@@ -133,8 +133,8 @@ def unsupported(ctx, route):
 
 def disk_full(ctx, route):
     """The data directory's disk full: ingest meets it storing the original (the real write path, fsync
-    failing with ENOSPC), a delete meets it in the catalog (SQLite's "database or disk is full")."""
-    if route[0] == "POST":
+    failing with ENOSPC), every other write in the catalog (SQLite's "database or disk is full")."""
+    if route == ("POST", "/v1/collections/{name}/items"):
         ctx.monkeypatch.setattr(media_store, "os", FailingOs(errno.ENOSPC))
     else:
         ctx.monkeypatch.setattr(ctx.services.catalog, "_db", FullDb(ctx.services.catalog._db))
@@ -181,12 +181,14 @@ PROVOKE: dict[tuple[str, str, int], Callable] = {
     ("POST", "/v1/collections", 413): too_large,
     ("POST", "/v1/collections", 422): lambda ctx, r: send(ctx, r, json={"name": "no spaces allowed", "modality": "audio"}),
     ("POST", "/v1/collections", 503): unavailable,
+    ("POST", "/v1/collections", 507): disk_full,
     ("GET", "/v1/collections/{name}", 401): unauthorized,
     ("GET", "/v1/collections/{name}", 404): unknown_collection,
     ("GET", "/v1/collections/{name}", 503): unavailable,
     ("DELETE", "/v1/collections/{name}", 401): unauthorized,
     ("DELETE", "/v1/collections/{name}", 404): unknown_collection,
     ("DELETE", "/v1/collections/{name}", 503): unavailable,
+    ("DELETE", "/v1/collections/{name}", 507): disk_full,
     ("POST", ITEMS, 400): malformed,
     ("POST", ITEMS, 401): unauthorized,
     ("POST", ITEMS, 404): unknown_collection,

@@ -7,7 +7,7 @@ from pathlib import Path
 from fastapi import APIRouter, Response
 
 from app.api.deps import ServicesDep
-from app.api.error_docs import BODY, V1, error_responses
+from app.api.error_docs import BODY, V1, WRITE_503, error_responses
 from app.api.schemas import CollectionCreate, CollectionPublic, CollectionsPublic
 from app.encoders.checkpoint import read_config
 from app.encoders.registry import is_versioned
@@ -43,7 +43,7 @@ def _description(spec) -> str:
 
 
 @router.post("/collections", status_code=201, response_model=CollectionPublic,
-             responses=error_responses(*V1, *BODY, 409, e409="a collection with that name already exists"))
+             responses=error_responses(*V1, *BODY, 409, 507, e409="a collection with that name already exists", e503=WRITE_503))
 async def create_collection(body: CollectionCreate, services: ServicesDep) -> dict:
     """Create a collection; defaults give a usable one with the modality's default encoder."""
     collection = await services.create_collection(body.model_dump())
@@ -61,7 +61,7 @@ def read_collection(name: str, services: ServicesDep) -> dict:
     return services.stats(name)
 
 
-@router.delete("/collections/{name}", status_code=204, responses=error_responses(*V1, 404))
+@router.delete("/collections/{name}", status_code=204, responses=error_responses(*V1, 404, 507, e503=WRITE_503))
 async def delete_collection(name: str, services: ServicesDep) -> Response:
     await services.delete_collection(name)
     return Response(status_code=204)
