@@ -38,7 +38,7 @@ DESCRIPTIONS = {
     409: "conflict: the collection's encoder checkpoint version is not available (re-embed it or add the checkpoint)",
     413: "body, audio length or image size over the configured limit",
     415: "unsupported media format, or media of the wrong modality",
-    422: "invalid parameter, or corrupt / too short media",
+    422: "invalid parameter (a count or value over its configured limit included), or corrupt / too short media",
     429: "too many requests from this key or address (code rate_limited, with Retry-After), or a bounded queue "
          "is full (code overloaded: the batch queue, or the pending ingest jobs); retry later",
     500: "the demo media is missing from this installation",
