@@ -141,3 +141,20 @@ def test_a_key_file_alone_turns_keys_on(tmp_path):
         key, _ = KeyFile(settings.resolved_keys_file()).create("read,write")
         assert client.get("/v1/collections").status_code == 401
         assert client.get("/v1/collections", headers={"X-API-Key": key}).status_code == 200
+
+
+def test_the_client_raises_forbidden_and_rate_limited():
+    import httpx
+
+    import recall
+
+    def response(status: int, code: str) -> httpx.Response:
+        return httpx.Response(status, json={"error": {"code": code, "message": "m"}})
+
+    with pytest.raises(recall.Forbidden):
+        recall.raise_for_error(response(403, "forbidden"))
+    with pytest.raises(recall.RateLimited):
+        recall.raise_for_error(response(429, "rate_limited"))
+    with pytest.raises(recall.Overloaded) as queue_full:
+        recall.raise_for_error(response(429, "overloaded"))
+    assert not isinstance(queue_full.value, recall.RateLimited)
