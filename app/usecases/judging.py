@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from app.errors import InvalidInput
+from app.storage.disk_errors import disk_errors
 
 LEVELS = (0, 1, 2)
 SYSTEM_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
@@ -76,7 +77,7 @@ class JudgmentStore:
         check_qid(qid)
         if grade not in LEVELS:
             raise InvalidInput(f"grade must be one of {list(LEVELS)} (0 not relevant, 1 partly, 2 relevant), got {grade}")
-        with self._lock:
+        with self._lock, disk_errors(self.root.parent):
             self.root.mkdir(parents=True, exist_ok=True)
             _append(self.qrels_path(collection), f"{qid} 0 {docno(doc)} {grade}\n")
             if query:
@@ -109,7 +110,7 @@ class JudgmentStore:
         check_qid(qid)
         for system in rankings:
             check_system(system)
-        with self._lock:
+        with self._lock, disk_errors(self.root.parent):
             directory = self.runs_dir(collection)
             directory.mkdir(parents=True, exist_ok=True)
             for system, ranking in rankings.items():
@@ -118,9 +119,13 @@ class JudgmentStore:
                 merged = {q: sorted(docs.items(), key=lambda d: -d[1]) for q, docs in run.items()}
                 merged[qid] = [(docno(doc), float(score)) for doc, score in ranking]
                 tmp = path.with_suffix(".tmp")
-                write_run(tmp, merged, run_id=system)
-                _fsync(tmp)
-                os.replace(tmp, path)  # readers never see half a run
+                try:
+                    write_run(tmp, merged, run_id=system)
+                    _fsync(tmp)
+                    os.replace(tmp, path)  # readers never see half a run
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
             if query:
                 self._remember_query(collection, qid, query)
 
@@ -175,10 +180,24 @@ class JudgmentStore:
 
 
 def _append(path: Path, line: str) -> None:
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(line)
-        handle.flush()
-        os.fsync(handle.fileno())
+    # unbuffered, so that a failed write is not retried when the file closes
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            data = line.encode("utf-8")
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        except BaseException:
+            # a torn line (disk full) would swallow the next judgment appended after it: cut it off
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(fd)
 
 
 def _fsync(path: Path) -> None:

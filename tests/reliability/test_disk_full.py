@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from app.index import _snapshot
 from app.main import create_app
 from app.storage import media_store
+from app.usecases import judging
 from tests.conftest import error_of, make_settings
 from tests.reliability.disk_faults import FailingOs, FullDb, wav, ingest, state, top_hit
 
@@ -164,3 +165,29 @@ def test_a_postgres_catalog_that_is_full_or_read_only(tmp_path, pg_url):
         catalog._db.execute("SET default_transaction_read_only = off")
         assert ingest(client, "au", ["b0"], start=10).status_code == 200
         assert top_hit(client, "au", 10) == "b0"
+
+
+def test_a_judgment_on_a_full_disk_leaves_no_torn_line(service, monkeypatch):
+    client, data_dir = service
+    qrels = data_dir / "judgments" / "au.qrels"
+    assert client.post("/v1/collections/au/judgments", json={"qid": "q1", "doc": "a0", "grade": 2}).status_code == 200
+    before = qrels.read_bytes()
+
+    real_write = judging.os.write
+
+    def half_write(fd, data):  # the disk fills up mid-line: a few bytes land, then ENOSPC
+        real_write(fd, bytes(data)[:3])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(judging, "os", FailingOs(errno.ENOSPC))
+    monkeypatch.setattr(judging.os, "write", half_write)
+    response = client.post("/v1/collections/au/judgments", json={"qid": "q1", "doc": "a1", "grade": 1})
+    assert response.status_code == 507 and error_of(response)["code"] == "insufficient_storage"
+    response = client.post("/v1/collections/au/judgments/runs", json={"qid": "q2", "runs": {"x": [{"id": "a1", "score": 1}]}})
+    assert response.status_code == 507
+    monkeypatch.undo()
+    assert qrels.read_bytes() == before
+    assert not list((data_dir / "judgments").rglob("*.tmp"))
+    assert client.post("/v1/collections/au/judgments", json={"qid": "q1", "doc": "a1", "grade": 1}).status_code == 200
+    rows = client.get("/v1/collections/au/judgments").json()["data"]
+    assert {(r["doc"], r["grade"]) for r in rows} == {("a0", 2), ("a1", 1)}

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 from app.api.auth import required_scopes
 from app.main import create_app
 from app.storage import media_store
-from app.usecases import demo_data
+from app.usecases import demo_data, judging
 from app.usecases.keys import KeyFile
 from tests.conftest import error_of, make_settings, tone_wav
 from tests.reliability.disk_faults import FailingOs, FullDb
@@ -133,9 +133,11 @@ def unsupported(ctx, route):
 
 def disk_full(ctx, route):
     """The data directory's disk full: ingest meets it storing the original (the real write path, fsync
-    failing with ENOSPC), every other write in the catalog (SQLite's "database or disk is full")."""
+    failing with ENOSPC), a judgment in its file, every other write in the catalog (SQLite's "database or disk is full")."""
     if route == ("POST", "/v1/collections/{name}/items"):
         ctx.monkeypatch.setattr(media_store, "os", FailingOs(errno.ENOSPC))
+    elif "/judgments" in route[1]:  # judgments are files: the append's fsync fails
+        ctx.monkeypatch.setattr(judging, "os", FailingOs(errno.ENOSPC))
     else:
         ctx.monkeypatch.setattr(ctx.services.catalog, "_db", FullDb(ctx.services.catalog._db))
     return send(ctx, route)
@@ -230,6 +232,7 @@ PROVOKE: dict[tuple[str, str, int], Callable] = {
     ("POST", JUDGMENTS, 413): too_large,
     ("POST", JUDGMENTS, 422): lambda ctx, r: send(ctx, r, json={"qid": "q1", "doc": "a1", "grade": 7}),
     ("POST", JUDGMENTS, 503): unavailable,
+    ("POST", JUDGMENTS, 507): disk_full,
     ("GET", JUDGMENTS, 401): unauthorized,
     ("GET", JUDGMENTS, 404): unknown_collection,
     ("GET", JUDGMENTS, 503): unavailable,
@@ -239,6 +242,7 @@ PROVOKE: dict[tuple[str, str, int], Callable] = {
     ("POST", JUDGMENTS + "/runs", 413): too_large,
     ("POST", JUDGMENTS + "/runs", 422): lambda ctx, r: send(ctx, r, json={"qid": "q1", "runs": {}}),
     ("POST", JUDGMENTS + "/runs", 503): unavailable,
+    ("POST", JUDGMENTS + "/runs", 507): disk_full,
     ("GET", JUDGMENTS + "/confidence", 401): unauthorized,
     ("GET", JUDGMENTS + "/confidence", 404): unknown_collection,
     ("GET", JUDGMENTS + "/confidence", 422): lambda ctx, r: send(ctx, r, params={"k": 0}),

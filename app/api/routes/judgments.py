@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import ServicesDep
-from app.api.error_docs import BODY, V1, error_responses
+from app.api.error_docs import BODY, V1, WRITE_503, error_responses
 from app.usecases.judging import JudgmentStore
 
 router = APIRouter(tags=["judgments"])
@@ -49,7 +49,7 @@ class RunsCreate(BaseModel):
     runs: dict[str, list[RankedDoc]] = Field(min_length=1, description="configuration name -> ranked results, best first")
 
 
-@router.post("/collections/{name}/judgments", responses=error_responses(*V1, *BODY, 404))
+@router.post("/collections/{name}/judgments", responses=error_responses(*V1, *BODY, 404, 507, e503=WRITE_503))
 async def create_judgment(name: str, body: JudgmentCreate, services: ServicesDep, store: StoreDep) -> dict[str, Any]:
     """Record one judgment (the last one for a query-item pair wins)."""
     services.state(name)
@@ -66,7 +66,7 @@ def list_judgments(name: str, services: ServicesDep, store: StoreDep, qid: str |
     return {"data": data, "count": len(data), "path": str(store.qrels_path(name))}
 
 
-@router.post("/collections/{name}/judgments/runs", responses=error_responses(*V1, *BODY, 404))
+@router.post("/collections/{name}/judgments/runs", responses=error_responses(*V1, *BODY, 404, 507, e503=WRITE_503))
 async def create_runs(name: str, body: RunsCreate, services: ServicesDep, store: StoreDep) -> dict[str, Any]:
     """Store each compared configuration's ranking of one query (TREC run files)."""
     services.state(name)
