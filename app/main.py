@@ -19,7 +19,7 @@ from app.api.error_docs import finish_openapi
 from app.api.job_gate import JobGate
 from app.api.middleware import BodyLimit, RouteTimer
 from app.api.rate_limit import RateLimiter
-from app.api.routes import collections, health, items, search
+from app.api.routes import collections, health, items, keys as key_routes, search
 from app.errors import ServiceError
 from app.metrics import gauge
 from app.settings import Settings
@@ -115,6 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     v1.include_router(collections.router)
     v1.include_router(items.router)
     v1.include_router(search.router)
+    v1.include_router(key_routes.router)
     app.include_router(v1)
     _mount_web(app)
     finish_openapi(app, api_keys=keys.enabled)  # declared errors and key schemes (app/api/error_docs.py)

@@ -50,6 +50,9 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", _COLLECTION + "/judgments/runs"): "write",
     ("GET", _COLLECTION + "/judgments/confidence"): "read",
     ("POST", "/v1/demo"): "write",  # adds the demo collections: the page offers it to a read+write key
+    ("GET", "/v1/keys"): "admin",
+    ("POST", "/v1/keys"): "admin",
+    ("DELETE", "/v1/keys/{key_id}"): "admin",
 }
 
 _COMPILED = [(method, compile_path(path)[0], scope) for (method, path), scope in ROUTE_SCOPES.items()]

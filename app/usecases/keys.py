@@ -107,11 +107,15 @@ class KeyFile:
         tmp = self.path.with_name(self.path.name + ".tmp")
         # owner-only: the hashes are not secrets, but which ids exist and their scopes are nobody else's business
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"keys": rows}, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)  # readers see the old file or the new one, never half of one
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"keys": rows}, f, indent=2)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)  # readers see the old file or the new one, never half of one
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk leaves the old file as it was, and no stray temporary
+            raise
 
     def create(self, scopes: Iterable[str] | str, name: str = "") -> tuple[str, KeyRecord]:
         """A new key: returns the key (shown once, never stored) and its stored record."""

@@ -73,7 +73,7 @@ def test_a_new_route_without_a_rule_is_caught_by_the_walk_and_refused_at_run_tim
 def _path(template: str) -> str:
     # names that do not exist: an admitted request answers 404/422 and changes nothing
     return (openapi_path(template).replace("{name}", "no-such-collection").replace("{item_id}", "no-such-item")
-            .replace("{job_id}", "0123456789abcdef"))
+            .replace("{job_id}", "0123456789abcdef").replace("{key_id}", "no-such-key"))
 
 
 @pytest.mark.parametrize("rule", sorted(ROUTE_SCOPES), ids=lambda r: f"{r[0]} {r[1]}")
@@ -158,3 +158,37 @@ def test_the_client_raises_forbidden_and_rate_limited():
     with pytest.raises(recall.Overloaded) as queue_full:
         recall.raise_for_error(response(429, "overloaded"))
     assert not isinstance(queue_full.value, recall.RateLimited)
+
+
+def test_an_admin_key_manages_keys_over_http(service):
+    client, _, only, _ = service
+    admin = {"X-API-Key": only["admin"]}
+    created = client.post("/v1/keys", json={"scopes": ["read"], "name": "viewer"}, headers=admin)
+    assert created.status_code == 201, created.text
+    body = created.json()
+    key, ident = body["key"], body["id"]
+    assert key.startswith(f"rk_{ident}_") and body["scopes"] == ["read"]
+    assert client.get("/v1/collections", headers={"X-API-Key": key}).status_code == 200
+    assert client.get("/v1/keys", headers={"X-API-Key": key}).status_code == 403  # read cannot see keys
+    listed = client.get("/v1/keys", headers=admin).json()["data"]
+    assert [row for row in listed if row["id"] == ident] == [{k: body[k] for k in ("id", "name", "scopes", "created_at")}]
+    assert all("hash" not in row and "key" not in row for row in listed)
+    assert client.post("/v1/keys", json={"scopes": ["root"]}, headers=admin).status_code == 422
+    assert client.delete(f"/v1/keys/{ident}", headers=admin).status_code == 204
+    assert client.get("/v1/collections", headers={"X-API-Key": key}).status_code == 401
+    assert client.delete(f"/v1/keys/{ident}", headers=admin).status_code == 404
+
+
+def test_a_full_disk_refuses_a_new_key_with_507_and_leaves_the_file_as_it_was(service, monkeypatch):
+    import errno
+
+    from app.usecases import keys as keys_module
+    from tests.reliability.disk_faults import FailingOs
+
+    client, keys, only, _ = service
+    before = keys.path.read_bytes()
+    monkeypatch.setattr(keys_module, "os", FailingOs(errno.ENOSPC))
+    refused = client.post("/v1/keys", json={"scopes": ["read"]}, headers={"X-API-Key": only["admin"]})
+    assert refused.status_code == 507 and error_of(refused)["code"] == "insufficient_storage"
+    assert keys.path.read_bytes() == before
+    assert [p.name for p in keys.path.parent.iterdir() if p.name.startswith("keys.json")] == ["keys.json"]

@@ -24,6 +24,7 @@ from app.api.auth import required_scopes
 from app.main import create_app
 from app.storage import media_store
 from app.usecases import demo_data, judging
+from app.usecases import keys as keys_module
 from app.usecases.keys import KeyFile
 from tests.conftest import error_of, make_settings, tone_wav
 from tests.reliability.disk_faults import FailingOs, FullDb
@@ -47,12 +48,14 @@ def _good(route: Route) -> dict:
         ("POST", "/v1/collections/{name}/search"): {"json": {"item_id": "a1", "k": 2}},
         ("POST", "/v1/collections/{name}/judgments"): {"json": {"qid": "q1", "doc": "a1", "grade": 2}},
         ("POST", "/v1/collections/{name}/judgments/runs"): {"json": {"qid": "q1", "runs": {"x": [{"id": "a1", "score": 1}]}}},
+        ("POST", "/v1/keys"): {"json": {"scopes": ["read"]}},
     }.get(route, {})
 
 
-def send(ctx, route: Route, *, key: bool = True, name: str = "au", item: str = "a1", job: str | None = None, **request):
+def send(ctx, route: Route, *, key: bool = True, name: str = "au", item: str = "a1", job: str | None = None,
+         key_id: str = "no-such-key", **request):
     method, template = route
-    path = template.format(name=name, item_id=item, job_id=job or ctx.job)
+    path = template.format(name=name, item_id=item, job_id=job or ctx.job, key_id=key_id)
     headers = {"X-API-Key": KEY} if key else {}
     request = request or _good(route)
     headers.update(request.pop("headers", {}))
@@ -161,6 +164,15 @@ def rate_limited(ctx, route):
     return response
 
 
+def key_file_fails(err: int):
+    """The key file's write failing as a full (ENOSPC) or read-only (EROFS) disk makes it fail."""
+    def provoke(ctx, route):
+        ident = KeyFile(ctx.keys_path).create("read")[1].id  # something to revoke
+        ctx.monkeypatch.setattr(keys_module, "os", FailingOs(err))
+        return send(ctx, route, key_id=ident)
+    return provoke
+
+
 def demo_missing(ctx, route):
     ctx.monkeypatch.setattr(demo_data, "DEMO_DIR", ctx.tmp / "no-demo-here")
     return send(ctx, route)
@@ -250,6 +262,17 @@ PROVOKE: dict[tuple[str, str, int], Callable] = {
     ("POST", "/v1/demo", 401): unauthorized,
     ("POST", "/v1/demo", 500): demo_missing,
     ("POST", "/v1/demo", 503): unavailable,
+    ("GET", "/v1/keys", 401): unauthorized,
+    ("POST", "/v1/keys", 400): malformed,
+    ("POST", "/v1/keys", 401): unauthorized,
+    ("POST", "/v1/keys", 413): too_large,
+    ("POST", "/v1/keys", 422): lambda ctx, r: send(ctx, r, json={"scopes": ["root"]}),
+    ("POST", "/v1/keys", 503): key_file_fails(errno.EROFS),
+    ("POST", "/v1/keys", 507): key_file_fails(errno.ENOSPC),
+    ("DELETE", "/v1/keys/{key_id}", 401): unauthorized,
+    ("DELETE", "/v1/keys/{key_id}", 404): lambda ctx, r: send(ctx, r),
+    ("DELETE", "/v1/keys/{key_id}", 503): key_file_fails(errno.EROFS),
+    ("DELETE", "/v1/keys/{key_id}", 507): key_file_fails(errno.ENOSPC),
 }
 
 
@@ -283,7 +306,7 @@ def service(tmp_path_factory):
         state = services.collections["old"]
         state.collection = dataclasses.replace(state.collection, encoder_version="0-gone")
         yield SimpleNamespace(client=client, services=services, job=job.json()["id"], tmp=tmp,
-                              spec=client.get("/openapi.json").json(), **scoped)
+                              spec=client.get("/openapi.json").json(), keys_path=keys.path, **scoped)
 
 
 def documented_errors(spec: dict) -> set[tuple[str, str, int]]:

@@ -39,7 +39,8 @@ NAMES = ["fz-audio", "fz-image"]
 STORED = [{"name": "fz-audio", "item_id": i} for i in ("a1", "a2", "sub/dir.wav")] + [{"name": "fz-image", "item_id": "i1"}]
 # what the DELETE routes may remove: a whole collection, or one item of fz-audio
 SCRATCH = {"/v1/collections/{name}": {"name": "fz-scratch"},
-           "/v1/collections/{name}/items/{item_id}": {"name": "fz-audio", "item_id": "scratch-item"}}
+           "/v1/collections/{name}/items/{item_id}": {"name": "fz-audio", "item_id": "scratch-item"},
+           "/v1/keys/{key_id}": {"key_id": "set-by-seed"}}  # a key made by _seed (ids are random)
 
 
 _MEDIA = [("fz-audio", tone_wav(440)), ("fz-audio", tone_wav(523, seconds=2.0)), ("fz-image", png_bytes((20, 40, 200)))]
@@ -68,6 +69,7 @@ def _seed(url: str) -> dict[str, list[str]]:
         http.post("/v1/collections/fz-audio/items", files=[files[3]], data={"ids": "scratch-item"}).raise_for_status()
         http.post("/v1/collections/fz-image/items", files=[("files", ("i1.png", png_bytes((200, 30, 30))))],
                   data={"ids": "i1"}).raise_for_status()
+        SCRATCH["/v1/keys/{key_id}"]["key_id"] = http.post("/v1/keys", json={"scopes": ["read"]}).raise_for_status().json()["id"]
         job = http.post("/v1/collections/fz-audio/items?wait=false", files=[("files", ("j.wav", tone_wav(500)))])
         assert job.status_code == 202, job.text
         return {"job_id": [job.json()["id"]]}
