@@ -18,7 +18,7 @@ from typing import Any
 
 from fastapi import Request
 from starlette.datastructures import Headers
-from starlette.routing import compile_path
+from starlette.routing import compile_path, get_route_path
 
 from app.api.middleware import send_error
 from app.api.rate_limit import RateLimiter, retry_after_header
@@ -125,7 +125,7 @@ class Guard:
 
     async def refuse_unruled(self, request: Request) -> None:
         """The /v1 routers' dependency: fail closed on a route no rule covers (the middleware let it through)."""
-        if self.keys.enabled and not required_scopes(request.method, request.url.path):
+        if self.keys.enabled and not required_scopes(request.method, get_route_path(request.scope)):
             self._record(request.headers)  # 401 first, as for any route
             raise Forbidden(f"{request.method} {request.url.path} has no access rule; refused until it has one")
 
@@ -138,10 +138,12 @@ class GuardMiddleware:
         self.guard = guard
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+        # the path as the router matches it (without a proxy's root_path)
+        path = get_route_path(scope) if scope["type"] == "http" else ""
+        if path.startswith("/v1/"):
             client = scope.get("client")
             try:
-                self.guard.check(scope["method"], scope["path"], Headers(scope=scope), client[0] if client else "unknown")
+                self.guard.check(scope["method"], path, Headers(scope=scope), client[0] if client else "unknown")
             except ServiceError as error:
                 await send_error(send, error)
                 return

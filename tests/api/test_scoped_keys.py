@@ -192,3 +192,14 @@ def test_a_full_disk_refuses_a_new_key_with_507_and_leaves_the_file_as_it_was(se
     assert refused.status_code == 507 and error_of(refused)["code"] == "insufficient_storage"
     assert keys.path.read_bytes() == before
     assert [p.name for p in keys.path.parent.iterdir() if p.name.startswith("keys.json")] == ["keys.json"]
+
+
+def test_behind_a_proxy_prefix_the_rules_still_apply(tmp_path):
+    """With root_path (a proxy serving the API under /api), rules match the path the router sees."""
+    settings = make_settings(tmp_path)
+    key, _ = KeyFile(settings.resolved_keys_file()).create("read")
+    with TestClient(create_app(settings), root_path="/api") as client:
+        assert client.get("/api/v1/collections").status_code == 401
+        assert client.get("/api/v1/collections", headers={"X-API-Key": key}).status_code == 200
+        assert client.post("/api/v1/collections", json={"name": "x", "modality": "audio"},
+                           headers={"X-API-Key": key}).status_code == 403
