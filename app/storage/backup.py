@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import sqlite3
 import struct
 import time
@@ -59,8 +60,9 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
     started = time.monotonic()
     staging = _staging(dest, "partial")
     store = MediaStore(data_dir / "media")
-    marker = store.root / BACKUPS / f"{os.getpid()}-{uuid.uuid4().hex}"
+    marker = store.root / BACKUPS / f"{socket.gethostname()}--{os.getpid()}--{uuid.uuid4().hex}"
     marker.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_markers(marker.parent)
     marker.touch()
     try:
         _copy_catalog(source, staging / CATALOG)
@@ -97,6 +99,22 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
     finally:
         marker.unlink(missing_ok=True)
     return _summary(manifest, dest, time.monotonic() - started)
+
+
+def _remove_stale_markers(directory: Path) -> None:
+    """Markers left by a backup of this host that was killed outright (its process is gone): without this the
+    service would keep moving freed originals to the trash forever. Another host's markers are left alone."""
+    for marker in directory.iterdir():
+        host, _, rest = marker.name.partition("--")
+        pid = rest.partition("--")[0]
+        if host != socket.gethostname() or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            marker.unlink(missing_ok=True)
+        except PermissionError:
+            pass  # alive, someone else's
 
 
 def _copy_catalog(source: Path, target: Path) -> None:

@@ -11,6 +11,10 @@ embedding.
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -187,6 +191,19 @@ def test_deleted_originals_wait_in_the_trash_while_a_backup_runs(tmp_path):
     store.delete([second])
     assert store.locate(first) is None and store.locate(second) is None
     assert not (store.root / TRASH).exists()
+
+
+def test_a_marker_left_by_a_killed_backup_is_cleared_by_the_next(tmp_path):
+    data_dir = _service_with_items(tmp_path)
+    markers = data_dir / "media" / BACKUPS
+    markers.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (markers / f"{socket.gethostname()}--{dead.pid}--x").touch()  # its process is gone
+    (markers / f"{socket.gethostname()}--{os.getpid()}--y").touch()  # alive: this test
+    (markers / "elsewhere--1--z").touch()  # another host's: not ours to judge
+    backup(data_dir, tmp_path / "bk")
+    assert {p.name for p in markers.iterdir()} == {f"{socket.gethostname()}--{os.getpid()}--y", "elsewhere--1--z"}
 
 
 def test_cluster_mode_is_refused_with_pg_dump_named(tmp_path, monkeypatch, capsys):
