@@ -12,7 +12,8 @@ The catalog is the source of truth, so a backup is built around one snapshot of 
 4. Index snapshots are copied when they include nothing newer than S; one newer than S would
    hold vectors S does not have, so it is left out and the restored service rebuilds that index
    from the catalog (index snapshots are caches; opening a collection checks them anyway).
-5. Judgment files (append-only text, outside the catalog) are copied as they are.
+5. Judgment files (append-only text, outside the catalog) and the hashed API keys (``keys.json``) are
+   copied as they are.
 
 Everything is written under a temporary name next to the destination and renamed into place
 last, with a manifest (counts and sha256 of every file), so a half-written backup never looks
@@ -41,6 +42,7 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 CATALOG = "catalog.sqlite3"  # the name app.storage.protocol.open_catalog gives the embedded catalog
 INDEX_KINDS = ("binary", "float")
+KEYS = "keys.json"  # `recall keys`' file at its default place (settings.keys_file); replaced by rename, so a copy is whole
 
 
 class BackupError(Exception):
@@ -79,6 +81,8 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
                     files[relative] = copied
                 elif (data_dir / relative).exists():
                     skipped.append(relative)
+        if (data_dir / KEYS).is_file():  # hashed API keys: without them a restored service would run with keys off
+            files[KEYS] = _copy(data_dir / KEYS, staging / KEYS)
         judgments = data_dir / "judgments"
         if judgments.is_dir():
             for path in sorted(p for p in judgments.rglob("*") if p.is_file() and not p.name.startswith(".")):

@@ -216,8 +216,11 @@ def test_cluster_mode_is_refused_with_pg_dump_named(tmp_path, monkeypatch, capsy
 def test_the_summary_is_json(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("RECALL_CATALOG_URL", raising=False)
     data_dir = _service_with_items(tmp_path)
+    (data_dir / "keys.json").write_text('{"keys": []}')
     assert main(["backup", str(tmp_path / "bk"), "--data-dir", str(data_dir)]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["collections"]["c"]["segments"] > 0
     manifest = json.loads((tmp_path / "bk" / "manifest.json").read_text())
-    assert set(manifest["files"]) >= {"catalog.sqlite3"} and all(len(f["sha256"]) == 64 for f in manifest["files"].values())
+    assert set(manifest["files"]) >= {"catalog.sqlite3", "keys.json"} and all(len(f["sha256"]) == 64 for f in manifest["files"].values())
+    assert main(["restore", str(tmp_path / "bk"), str(tmp_path / "new")]) == 0
+    assert (tmp_path / "new" / "keys.json").read_text() == '{"keys": []}'  # keys stay on after a restore
