@@ -143,6 +143,15 @@ def test_a_key_file_alone_turns_keys_on(tmp_path):
         assert client.get("/v1/collections", headers={"X-API-Key": key}).status_code == 200
 
 
+def test_with_keys_off_nobody_can_mint_the_first_key_over_http(tmp_path):
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings)) as client:
+        answer = client.post("/v1/keys", json={"scopes": ["admin"]})
+        assert answer.status_code == 403 and "recall keys create" in error_of(answer)["message"]
+        assert not settings.resolved_keys_file().exists()
+        assert client.get("/v1/collections").status_code == 200  # still open, nobody locked out
+
+
 def test_the_client_raises_forbidden_and_rate_limited():
     import httpx
 

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.error_docs import BODY, error_responses
-from app.errors import NotFound
+from app.errors import Forbidden, NotFound
 from app.storage.disk_errors import FULL_ERRNOS, READ_ONLY_ERRNOS, full, read_only
 from app.usecases.keys import KeyFile
 
@@ -71,7 +71,12 @@ def list_keys(request: Request) -> dict:
 @router.post("/keys", status_code=201, response_model=KeyCreated,
              responses=error_responses(*KEYS, *BODY, 503, 507, e503=WRITE_503))
 def create_key(body: KeyCreate, request: Request) -> dict:
-    """A new key with these scopes; the answer carries the key once. It works at once (no restart)."""
+    """A new key with these scopes; the answer carries the key once. It works at once (no restart).
+
+    With keys off the first key comes from the server's shell (`recall keys create`): otherwise anyone
+    who can reach an open service could mint the first admin key and lock everyone else out."""
+    if not request.app.state.guard.keys.enabled:
+        raise Forbidden("keys are off: create the first key on the server with `recall keys create --scopes admin`")
     key, record = _writing(lambda: _file(request).create(body.scopes, body.name))
     return {**record.public(), "key": key}
 
