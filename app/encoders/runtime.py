@@ -1,4 +1,4 @@
-"""Process-wide torch settings for serving encoders."""
+"""Process-wide torch (and numpy BLAS) settings for serving encoders."""
 
 from __future__ import annotations
 
@@ -18,3 +18,27 @@ def configure_torch(threads: int) -> None:
     torch.set_num_threads(threads)
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
+    limit_numpy_blas()
+
+
+def limit_numpy_blas(threads: int = 1) -> int:
+    """numpy's own BLAS (the OpenBLAS in numpy's wheel) on ``threads`` threads; returns how many
+    libraries were set.
+
+    Why: a query's numpy products are small (one query against the 400-4,000 shortlisted vectors
+    of a two-stage search), too small to split, yet OpenBLAS wakes a helper thread for each and
+    spins it while the encoder's torch threads want the same cores. On the 2-core bench machine a
+    text query with re-ranking cost 79-110 ms of server CPU with numpy's default threads and 41-54 ms
+    with one (bench/results/query_path.md). Only numpy's copy is limited: FAISS and torch bring
+    their own BLAS and thread pools and keep their settings.
+    """
+    try:
+        from threadpoolctl import ThreadpoolController  # installed with scikit-learn
+    except ImportError:
+        return 0
+    changed = 0
+    for lib in ThreadpoolController().lib_controllers:
+        if lib.user_api == "blas" and "numpy" in str(lib.filepath):
+            lib.set_num_threads(threads)
+            changed += 1
+    return changed

@@ -35,3 +35,29 @@ def test_a_starting_service_turns_tf32_off(tmp_path) -> None:
             assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
     finally:
         torch.set_num_threads(threads)
+
+
+def _numpy_blas_threads() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas" and "numpy" in i["filepath"]]
+
+
+def test_configure_torch_puts_numpy_blas_on_one_thread_and_leaves_other_blas_alone() -> None:
+    import faiss  # noqa: F401  (brings its own OpenBLAS, which must keep its threads)
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from app.encoders.runtime import limit_numpy_blas
+
+    def others() -> dict[str, int]:
+        return {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas" and "numpy" not in i["filepath"]}
+
+    threads = torch.get_num_threads()
+    with threadpool_limits(limits=2, user_api="blas"):  # restored on exit, whatever the test does
+        before = others()
+        assert _numpy_blas_threads() and set(_numpy_blas_threads()) == {2}
+        configure_torch(1)
+        assert set(_numpy_blas_threads()) == {1}
+        assert others() == before
+        assert limit_numpy_blas(2) >= 1 and set(_numpy_blas_threads()) == {2}
+    torch.set_num_threads(threads)
