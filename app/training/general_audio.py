@@ -188,7 +188,7 @@ def train_sounds(manifests: dict[str, Path], synth: dict[str, Path], out: Path, 
 def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, per_source: int = 600):
     """(speech windows, non-speech windows) at the service rate, a seeded sample of each source."""
     from app.training.audio_data import load_waves, read_manifest
-    from app.training.router_fit import clip_windows, generated_non_speech, with_noise
+    from app.training.router_fit import clip_windows, generated_non_speech, short_in_window, with_noise
 
     rng = np.random.default_rng(seed)
 
@@ -201,8 +201,10 @@ def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, p
     speech += [w for path in synth.values() for w in sample(path)]
     speech_windows = clip_windows(speech, SERVICE_RATE, WINDOW_S, HOP_S)
     speech_windows += with_noise(speech_windows[::2], seed)
+    speech_windows += short_in_window(speech[::2], SERVICE_RATE, WINDOW_S, seed)
     others = sample(manifests["esc"]) if "esc" in manifests else []
     other_windows = clip_windows(others, SERVICE_RATE, WINDOW_S, HOP_S)
+    other_windows += short_in_window(others[::2], SERVICE_RATE, WINDOW_S, seed)
     other_windows += generated_non_speech(max(20, len(other_windows) // 2), int(WINDOW_S * SERVICE_RATE), SERVICE_RATE, seed)
     return speech_windows, other_windows
 

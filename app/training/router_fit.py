@@ -5,7 +5,7 @@ fitted on windows of labelled speech (real keyword and digit clips, synthetic wo
 languages) against windows of everyday sounds, plus generated non-speech that every deployment
 meets and no data set here has enough of: digital silence, low-level noise, white and pink noise,
 steady tones. Speech windows are also added with noise at 5-20 dB SNR, so speech in a noisy room
-stays speech. Classes are weighted to balance, so the larger speech set does not push the boundary.
+stays speech, and as short words alone in a zero-padded window, as a short query arrives. Classes are weighted to balance, so the larger speech set does not push the boundary.
 """
 
 from __future__ import annotations
@@ -52,6 +52,30 @@ def with_noise(waves: list[np.ndarray], seed: int, snr_db: tuple[float, float] =
         power = float(np.mean(wave.astype(np.float64) ** 2)) + 1e-12
         noise = rng.standard_normal(len(wave)) * np.sqrt(power / 10 ** (rng.uniform(*snr_db) / 10))
         out.append((wave + noise).astype(np.float32))
+    return out
+
+
+def short_in_window(waves: list[np.ndarray], sample_rate: int, window_s: float, seed: int,
+                 seconds: tuple[float, float] = (0.25, 0.6)) -> list[np.ndarray]:
+    """Each clip's most energetic 0.25-0.6 s alone in a window of digital zeros, at a random offset.
+
+    A short query is zero-padded to the window (app/encoders/audio_nets.fit_to_window), so a word
+    of half a second arrives with half a window of exact silence; without such examples the
+    router, which also learns that silence is not speech, sent some short words to the sounds
+    branch (espeak-ng "okno", "khidki", "ventana": p(speech) 0.04-0.37). Both classes get them,
+    so that zero padding itself says nothing about speech: a short bark stays a sound.
+    """
+    from app.training.augment import energetic_crop
+
+    rng = np.random.default_rng(seed)
+    window = int(round(window_s * sample_rate))
+    out = []
+    for wave in waves:
+        word = energetic_crop(np.asarray(wave, np.float32), int(rng.uniform(*seconds) * sample_rate), None)[:window]
+        placed = np.zeros(window, np.float32)
+        start = int(rng.integers(0, window - len(word) + 1))
+        placed[start: start + len(word)] = word
+        out.append(placed)
     return out
 
 

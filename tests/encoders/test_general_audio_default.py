@@ -53,3 +53,13 @@ def test_spoken_words_go_to_the_speech_half_in_several_languages(encoder) -> Non
         windows.append(np.pad(wave, (0, max(0, 16000 - len(wave))))[:16000])
     bits = np.unpackbits(encoder.encode(windows).codes, axis=1, bitorder="little")
     assert bits[:, :256].any(axis=1).all() and not bits[:, 256:].any()
+
+
+def test_the_previous_default_still_answers_for_collections_built_with_it(encoder) -> None:
+    specs = discover()
+    previous = create_encoder("general-audio@1", specs)
+    assert previous.name == encoder.name == "general-audio" and previous.version == "1" != encoder.version
+    assert specs["general-audio"].source == specs[f"general-audio@{encoder.version}"].source
+    rng = np.random.default_rng(2)
+    window = [(0.1 * rng.standard_normal(16000)).astype(np.float32)]
+    assert not np.allclose(previous.encode(window).floats, encoder.encode(window).floats)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from app.training.router_fit import fit_router, generated_non_speech, with_noise
+from app.training.router_fit import fit_router, generated_non_speech, with_noise, short_in_window
 
 
 def test_router_separates_two_clouds_and_reports_its_accuracy() -> None:
@@ -34,3 +34,17 @@ def test_noise_is_added_at_the_requested_snr() -> None:
     noise = noisy - clean[0]
     snr = 10 * np.log10(np.mean(clean[0] ** 2) / np.mean(noise ** 2))
     assert abs(snr - 10.0) < 0.5
+
+
+def test_short_in_window_is_a_short_energetic_part_alone_in_a_zero_window() -> None:
+    rate = 1000
+    rng = np.random.default_rng(0)
+    quiet, loud = 0.001 * rng.standard_normal(700), np.sin(np.arange(300) / 3.0)
+    waves = [np.concatenate([quiet, loud, quiet]).astype(np.float32)]
+    (window,) = short_in_window(waves, rate, 1.0, seed=1, seconds=(0.25, 0.25))
+    assert window.shape == (1000,) and window.dtype == np.float32
+    nonzero = np.flatnonzero(window)
+    assert 240 <= len(nonzero) <= 250 and nonzero[-1] - nonzero[0] < 250  # one 0.25 s stretch, zeros around
+    assert np.abs(window[nonzero]).mean() > 0.3  # taken from the loud part, not the quiet one
+    again = short_in_window(waves, rate, 1.0, seed=1, seconds=(0.25, 0.25))[0]
+    np.testing.assert_array_equal(window, again)
