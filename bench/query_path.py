@@ -241,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=100_000)
     parser.add_argument("--images", type=int, default=100_000)
     parser.add_argument("--baseline", help="git revision to compare against in the same run (served with asyncio + h11)")
+    parser.add_argument("--baseline-stack", choices=("plain", "fast"), default="plain",
+                        help="serve the baseline with asyncio + h11 (plain: a revision from before uvloop/httptools) "
+                             "or with the same stack as the working tree (fast: isolates code changes)")
     parser.add_argument("--stack-ab", action="store_true", help="also run the working tree with asyncio + h11")
     parser.add_argument("--profile", action="store_true", help="py-spy flame graphs of a one-client WAV phase")
     parser.add_argument("--quick", action="store_true", help="fewer requests per phase")
@@ -270,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.baseline:
             (tmp_path / "before").mkdir()
             result["baseline"] = _export_tree(args.baseline, tmp_path / "before")
-            variants.append(("before", tmp_path / "before", True))
+            variants.append(("before", tmp_path / "before", args.baseline_stack == "plain"))
         if args.stack_ab:
             variants.append(("after_asyncio_h11", ROOT, True))
         variants.append(("after", ROOT, False))

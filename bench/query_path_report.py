@@ -73,7 +73,8 @@ def tables(result: dict[str, Any]) -> str:
             f"(decode {_f(runs[l]['formats'][fmt]['server_timings_p50_ms'].get('decode_ms'), 2)})" for l in labels) + " |")
     out.append("")
     if "text" in runs[labels[-1]]:
-        out.append("Text-to-image at 10^5 images, one client, a new sentence each time (p50 / p99 ms; server encode / search / rerank p50):")
+        out.append("Text-to-image at 10^5 images, one client, a new sentence each time (p50 / p99 ms; server encode / search / rerank p50; "
+                   "server CPU ms per query):")
         out.append("")
         out.append("| query | " + " | ".join(labels) + " |")
         out.append("|---" * (1 + len(labels)) + "|")
@@ -82,7 +83,8 @@ def tables(result: dict[str, Any]) -> str:
             for l in labels:
                 t = runs[l]["text"][kind]
                 s = t["server_timings_p50_ms"]
-                cells.append(f"{_f(t['p50_ms'])} / {_f(t['p99_ms'])} ({_f(s.get('encode_ms'))} / {_f(s.get('search_ms'))} / {_f(s.get('rerank_ms'))})")
+                cells.append(f"{_f(t['p50_ms'])} / {_f(t['p99_ms'])} ({_f(s.get('encode_ms'))} / {_f(s.get('search_ms'))} / {_f(s.get('rerank_ms'))}; "
+                             f"CPU {_f(t.get('server_cpu_ms_per_query'))})")
             out.append(f"| {kind} | " + " | ".join(cells) + " |")
         out.append("")
     if "ingest_under_search" in runs[labels[-1]]:
