@@ -7,20 +7,16 @@ import logging
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
-from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from fastapi import APIRouter, Depends, FastAPI
 
 from app.api.auth import Guard, GuardMiddleware, add_scope_docs
 from app.api.deps import require_api_key
 from app.api.error_docs import finish_openapi
+from app.api.error_handlers import install_error_handlers
 from app.api.job_gate import JobGate
 from app.api.middleware import BodyLimit, RouteTimer
 from app.api.rate_limit import RateLimiter
 from app.api.routes import collections, health, items, keys as key_routes, search
-from app.errors import ServiceError
 from app.metrics import gauge
 from app.settings import Settings
 from app.usecases.jobs import JobRunner
@@ -82,29 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         generate_unique_id_function=lambda route: f"{route.tags[0]}-{route.name}" if route.tags else route.name,
     )
 
-    @app.exception_handler(ServiceError)
-    async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        body = {"error": {"code": "invalid_input", "message": problems, "details": _jsonable(exc.errors())}}
-        return JSONResponse(body, status_code=422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        headers = dict(exc.headers or {})
-        if exc.status_code == 405:  # RFC 9110: Allow lists every method of the path, not the first route's
-            headers["Allow"] = ", ".join(_allowed_methods(app, request))
-        return JSONResponse({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code,
-                            headers=headers)
-
-    @app.exception_handler(Exception)
-    async def unexpected_error(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error", exc_info=exc)  # the trace goes to the log, never to the client
-        return JSONResponse({"error": {"code": "internal_error", "message": "internal error; see the service log"}}, status_code=500)
+    install_error_handlers(app)  # domain errors -> the one JSON error shape (app/api/error_handlers.py)
 
     keys = KeyRing(KeyFile(settings.resolved_keys_file()), [k.get_secret_value() for k in settings.api_keys])
     # who may call what (scopes), and how often (token buckets): the /v1 routers' dependency uses it
@@ -132,17 +106,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
-    # GET and POST /v1/collections are two routes; Starlette's own 405 names only the first one's.
-    # Ask the router which methods fully match this path (included routers answer for their routes).
-    allowed = []
-    for method in ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"):
-        scope = {**request.scope, "method": method}
-        if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
-            allowed.append(method)
-    return allowed
-
-
 def _report_failure(services: Services) -> Any:
     def done(task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -158,7 +121,3 @@ def _mount_web(app: FastAPI) -> None:
     except ImportError:
         return
     mount(app)
-
-
-def _jsonable(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: (v if isinstance(v, (str, int, float, list, dict, type(None))) else str(v)) for k, v in e.items()} for e in errors]

@@ -6,7 +6,8 @@ import inspect
 import re
 from pathlib import Path
 
-from app import errors, main
+from app import errors
+from app.api import error_handlers
 
 ERRORS_JS = Path(errors.__file__).resolve().parent / "web" / "static" / "js" / "errors.js"
 
@@ -19,7 +20,7 @@ def _advice_codes() -> dict[str, str]:
 def test_every_service_error_code_has_advice() -> None:
     codes = {cls.code for _, cls in inspect.getmembers(errors, inspect.isclass) if issubclass(cls, errors.ServiceError)}
     # codes the app's own handlers write (validation, routing, unexpected errors)
-    source = inspect.getsource(main)
+    source = inspect.getsource(error_handlers)
     codes |= set(re.findall(r'"code": "(\w+)"', source))
     codes |= {code for _, code in re.findall(r'(\d{3}): "(\w+)"', source)}
     advice = _advice_codes()

@@ -1,0 +1,62 @@
+"""The HTTP mapping of errors: every failure leaves as the one JSON error shape with its status.
+
+Domain code raises ``app.errors.ServiceError`` subclasses and knows nothing of HTTP; this module is the
+one place that turns them (and FastAPI's validation, Starlette's routing errors and anything
+unexpected) into responses. ``tests/web/test_errors.py`` reads the codes written here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+
+from app.errors import ServiceError
+
+log = logging.getLogger("recall")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        body = {"error": {"code": "invalid_input", "message": problems, "details": _jsonable(exc.errors())}}
+        return JSONResponse(body, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # RFC 9110: Allow lists every method of the path, not the first route's
+            headers["Allow"] = ", ".join(_allowed_methods(app, request))
+        return JSONResponse({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code,
+                            headers=headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)  # the trace goes to the log, never to the client
+        return JSONResponse({"error": {"code": "internal_error", "message": "internal error; see the service log"}}, status_code=500)
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    # GET and POST /v1/collections are two routes; Starlette's own 405 names only the first one's.
+    # Ask the router which methods fully match this path (included routers answer for their routes).
+    allowed = []
+    for method in ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"):
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
+            allowed.append(method)
+    return allowed
+
+
+def _jsonable(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: (v if isinstance(v, (str, int, float, list, dict, type(None))) else str(v)) for k, v in e.items()} for e in errors]
