@@ -88,7 +88,7 @@ def write_snapshot(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
 
 
 def read_snapshot(
@@ -156,7 +156,7 @@ def _fill(f, array: np.ndarray, digest) -> None:  # type: ignore[no-untyped-def]
         digest.update(piece)
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     # The rename is only durable once the directory entry is on disk too.
     fd = os.open(directory, os.O_RDONLY)
     try:

@@ -35,7 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from app.index._snapshot import _HEADER, MAGIC
+from app.index._snapshot import _HEADER, MAGIC, fsync_directory
 from app.storage.media_store import BACKUPS, MediaStore
 
 FORMAT = 1
@@ -261,12 +261,12 @@ def _land(staging: Path, target: Path, last: str) -> None:
     ``last`` moved last, so that an interrupted move is recognisably unfinished."""
     if staging.parent != target:
         os.replace(staging, target)
-        _fsync_dir(target.parent)
+        fsync_directory(target.parent)
         return
     for entry in sorted(staging.iterdir(), key=lambda p: p.name == last):
         os.replace(entry, target / entry.name)
     staging.rmdir()
-    _fsync_dir(target)
+    fsync_directory(target)
 
 
 def _read_only(path: Path) -> str:
@@ -303,15 +303,8 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(Path(directory))
+        fsync_directory(Path(directory))
 
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _summary(manifest: dict[str, Any], where: Path, seconds: float) -> dict[str, Any]:
