@@ -25,8 +25,16 @@ async def send_error(send: Send, error: ServiceError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
 class BodyLimit:
-    """Refuse bodies over ``limit`` bytes: by Content-Length up front, or while streaming."""
+    """Refuse bodies over ``limit`` bytes: by Content-Length up front, or while streaming.
+
+    Only requests whose method carries a body (POST, PUT, PATCH) are refused up front: no GET or
+    DELETE route reads its body, so a stray one there is never loaded and those routes answer as
+    documented, without a 413 the OpenAPI document does not list for them.
+    """
 
     def __init__(self, app: Any, limit: Callable[[], int]) -> None:
         self.app = app
@@ -34,6 +42,9 @@ class BodyLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope.get("method") not in BODY_METHODS:
             await self.app(scope, receive, send)
             return
         limit = self.limit()
