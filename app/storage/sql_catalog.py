@@ -26,6 +26,7 @@ from app.errors import Conflict, NotFound
 from app.storage import migrations
 from app.storage.job_rows import JobRows
 from app.storage.records import Collection, NewItem, WriteResult
+from app.storage.sql_rows import chunks, collection_of_row, item_of_row, unpack_segments
 
 
 class SqlCatalog(JobRows):
@@ -116,12 +117,12 @@ class SqlCatalog(JobRows):
             row = self._one("SELECT * FROM collections WHERE name = ?", (name,))
         if row is None:
             raise NotFound(f"no collection named {name!r}; GET /v1/collections lists them")
-        return _collection(row)
+        return collection_of_row(row)
 
     def list_collections(self) -> list[Collection]:
         with self._lock:
             rows = self._rows("SELECT * FROM collections ORDER BY name")
-        return [_collection(r) for r in rows]
+        return [collection_of_row(r) for r in rows]
 
     def collection_version(self, name: str) -> tuple[float, int] | None:
         """(created_at, last sequence) of a collection, or None when it does not exist: one round trip.
@@ -218,7 +219,7 @@ class SqlCatalog(JobRows):
             if row is None:
                 raise NotFound(f"collection {collection!r} has no item {item_id!r}")
             n = self._one("SELECT COUNT(*) FROM segments WHERE collection = ? AND item_id = ?", (collection, item_id))[0]
-        return _item(row, int(n))
+        return item_of_row(row, int(n))
 
     def list_items(self, collection: str, limit: int, offset: int) -> list[dict[str, Any]]:
         with self._lock:
@@ -227,15 +228,15 @@ class SqlCatalog(JobRows):
                 " FROM items i WHERE collection = ? ORDER BY id LIMIT ? OFFSET ?",
                 (collection, limit, offset),
             )
-        return [_item(r, int(r["n"])) for r in rows]
+        return [item_of_row(r, int(r["n"])) for r in rows]
 
     def items_by_id(self, collection: str, item_ids: list[str]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         with self._lock:
-            for chunk in _chunks(item_ids, 500):
+            for chunk in chunks(item_ids, 500):
                 marks = ",".join("?" * len(chunk))
                 for row in self._rows(f"SELECT * FROM items WHERE collection = ? AND id IN ({marks})", (collection, *chunk)):
-                    out[row["id"]] = _item(row, None)
+                    out[row["id"]] = item_of_row(row, None)
         return out
 
     def counts(self, collection: str) -> tuple[int, int]:
@@ -249,7 +250,7 @@ class SqlCatalog(JobRows):
         """segment id -> (item id, start, end) for the given ids that exist."""
         out: dict[int, tuple[str, float, float]] = {}
         with self._lock:
-            for chunk in _chunks([int(s) for s in segment_ids], 500):
+            for chunk in chunks([int(s) for s in segment_ids], 500):
                 marks = ",".join("?" * len(chunk))
                 # Look up by segment id alone and check the collection here: with the collection
                 # in the WHERE clause SQLite's planner (no statistics) scans the whole collection
@@ -269,7 +270,7 @@ class SqlCatalog(JobRows):
                 'SELECT segment_id, start, "end", embedding, code FROM segments WHERE collection = ? AND item_id = ? ORDER BY start',
                 (collection, item_id),
             )
-        return _unpack_segments(rows, dim, bits)
+        return unpack_segments(rows, dim, bits)
 
     def last_seq(self, collection: str) -> int:
         with self._lock:
@@ -301,7 +302,7 @@ class SqlCatalog(JobRows):
                 )
             if not rows:
                 return
-            ids, _, floats, codes = _unpack_segments(rows, dim, bits)
+            ids, _, floats, codes = unpack_segments(rows, dim, bits)
             last_id = int(ids[-1])
             yield ids, floats, codes
 
@@ -366,37 +367,3 @@ def _seq_filter(upto_seq: int | None, shard: tuple[int, int] | None) -> tuple[st
         where += " AND shard_key - (shard_key / ?) * ? = ?"
         extra += (count, count, number)
     return where, extra
-
-
-def _collection(row: Any) -> Collection:
-    return Collection(
-        name=row["name"], modality=row["modality"], encoder=row["encoder"],
-        index_kinds=tuple(json.loads(row["index_kinds"])), dim=row["dim"], bits=row["bits"],
-        window_s=row["window_s"], hop_s=row["hop_s"], keep_media=bool(row["keep_media"]),
-        description=row["description"], created_at=row["created_at"], encoder_version=row["encoder_version"],
-    )
-
-
-def _item(row: Any, segments: int | None) -> dict[str, Any]:
-    item = {
-        "id": row["id"], "filename": row["filename"], "media_type": row["media_type"],
-        "has_media": row["media_path"] is not None, "media_path": row["media_path"],
-        "duration_s": row["duration_s"], "width": row["width"], "height": row["height"],
-        "metadata": json.loads(row["metadata"]), "created_at": row["created_at"],
-    }
-    if segments is not None:
-        item["segments"] = segments
-    return item
-
-
-def _unpack_segments(rows: list[Any], dim: int, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    ids = np.asarray([r[0] for r in rows], dtype=np.int64)
-    times = np.asarray([(r[1], r[2]) for r in rows], dtype=np.float64).reshape(-1, 2)
-    floats = np.frombuffer(b"".join(bytes(r[3]) for r in rows), dtype=np.float32).reshape(-1, dim)
-    codes = np.frombuffer(b"".join(bytes(r[4]) for r in rows), dtype=np.uint8).reshape(-1, bits // 8)
-    return ids, times, floats, codes
-
-
-def _chunks(values: list[Any], size: int) -> Iterator[list[Any]]:
-    for i in range(0, len(values), size):
-        yield values[i : i + size]
