@@ -105,35 +105,39 @@ async def run_load(
 
     ``kind``: "httpx" (an ``httpx.AsyncClient``) or "raw" (:class:`RawConnection`, one per client).
     """
-    if kind == "raw":
-        return await _run_raw(url, requests, concurrency, total, max_seconds, keep_latencies)
-    own = client is None
-    client = client or httpx.AsyncClient(base_url=url, timeout=60.0,
-                                         limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency))
-    latencies: list[float] = []
-    server: dict[str, list[float]] = {}
-    errors: dict[str, int] = {}
+    own = kind == "httpx" and client is None
+    if kind == "httpx":
+        client = client or httpx.AsyncClient(base_url=url, timeout=60.0, limits=httpx.Limits(
+            max_connections=concurrency, max_keepalive_connections=concurrency))
+    parsed = httpx.URL(url)
+    tally = _Tally()
     counter = iter(range(total))
     deadline = time.perf_counter() + max_seconds
 
     async def worker() -> None:
-        for i in counter:
-            if time.perf_counter() > deadline:
-                return
-            req = requests[i % len(requests)]
-            t = time.perf_counter()
-            try:
-                r = await client.request(req.method, req.path, content=req.content, headers=req.headers)
-            except httpx.HTTPError as exc:
-                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
-                continue
-            ms = (time.perf_counter() - t) * 1000
-            if r.status_code != 200:
-                errors[str(r.status_code)] = errors.get(str(r.status_code), 0) + 1
-                continue
-            latencies.append(ms)
-            for key, value in r.json().get("timings", {}).items():
-                server.setdefault(key, []).append(value)
+        # one keep-alive connection per client for "raw"; httpx pools its own
+        conn = RawConnection(parsed.host, parsed.port or 80) if kind == "raw" else None
+        try:
+            for i in counter:
+                if time.perf_counter() > deadline:
+                    return
+                req = requests[i % len(requests)]
+                t = time.perf_counter()
+                try:
+                    if conn is not None:
+                        status, body = await asyncio.wait_for(conn.request(req), 60)
+                    else:
+                        answer = await client.request(req.method, req.path, content=req.content, headers=req.headers)
+                        status, body = answer.status_code, answer.content
+                except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, httpx.HTTPError) as exc:
+                    tally.errors[type(exc).__name__] = tally.errors.get(type(exc).__name__, 0) + 1
+                    if conn is not None:
+                        await conn.close()  # the next request opens a fresh connection
+                    continue
+                tally.record((time.perf_counter() - t) * 1000, status, body)
+        finally:
+            if conn is not None:
+                await conn.close()
 
     cpu = time.process_time()
     started = time.perf_counter()
@@ -142,55 +146,30 @@ async def run_load(
     finally:
         if own:
             await client.aclose()
-    wall = time.perf_counter() - started
-    extra = {"latencies_ms": latencies} if keep_latencies else {}
-    return {**extra,
-        "concurrency": concurrency, **percentiles(latencies), "errors": errors,
-        "queries_per_s": len(latencies) / wall, "wall_s": wall,
-        "client_cpu_s": time.process_time() - cpu, "client": "httpx",
-        "server_timings_p50_ms": {k: float(np.percentile(v, 50)) for k, v in server.items()},
-    }
+    return tally.summary(concurrency, time.perf_counter() - started, time.process_time() - cpu, kind, keep_latencies)
 
 
-async def _run_raw(url: str, requests: list[Req], concurrency: int, total: int, max_seconds: float, keep_latencies: bool) -> dict[str, Any]:
-    parsed = httpx.URL(url)
-    latencies: list[float] = []
-    server: dict[str, list[float]] = {}
-    errors: dict[str, int] = {}
-    counter = iter(range(total))
-    deadline = time.perf_counter() + max_seconds
+@dataclass
+class _Tally:
+    """What the clients saw: latencies of the 200s, the server's own timings, errors by kind."""
 
-    async def worker() -> None:
-        conn = RawConnection(parsed.host, parsed.port or 80)
-        try:
-            for i in counter:
-                if time.perf_counter() > deadline:
-                    return
-                t = time.perf_counter()
-                try:
-                    status, body = await asyncio.wait_for(conn.request(requests[i % len(requests)]), 60)
-                except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
-                    errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
-                    await conn.close()
-                    continue
-                ms = (time.perf_counter() - t) * 1000
-                if status != 200:
-                    errors[str(status)] = errors.get(str(status), 0) + 1
-                    continue
-                latencies.append(ms)
-                for key, value in json.loads(body).get("timings", {}).items():
-                    server.setdefault(key, []).append(value)
-        finally:
-            await conn.close()
+    latencies: list[float] = field(default_factory=list)
+    server: dict[str, list[float]] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
 
-    cpu = time.process_time()
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    wall = time.perf_counter() - started
-    extra = {"latencies_ms": latencies} if keep_latencies else {}
-    return {**extra, "concurrency": concurrency, **percentiles(latencies), "errors": errors,
-            "queries_per_s": len(latencies) / wall, "wall_s": wall, "client_cpu_s": time.process_time() - cpu,
-            "client": "raw", "server_timings_p50_ms": {k: float(np.percentile(v, 50)) for k, v in server.items()}}
+    def record(self, ms: float, status: int, body: bytes) -> None:
+        if status != 200:
+            self.errors[str(status)] = self.errors.get(str(status), 0) + 1
+            return
+        self.latencies.append(ms)
+        for key, value in json.loads(body).get("timings", {}).items():
+            self.server.setdefault(key, []).append(value)
+
+    def summary(self, concurrency: int, wall: float, client_cpu: float, kind: str, keep_latencies: bool) -> dict[str, Any]:
+        extra = {"latencies_ms": self.latencies} if keep_latencies else {}
+        return {**extra, "concurrency": concurrency, **percentiles(self.latencies), "errors": self.errors,
+                "queries_per_s": len(self.latencies) / wall, "wall_s": wall, "client_cpu_s": client_cpu,
+                "client": kind, "server_timings_p50_ms": {k: float(np.percentile(v, 50)) for k, v in self.server.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
