@@ -267,10 +267,25 @@ class SqlCatalog(JobRows):
         """(segment ids, times (n,2), floats (n,dim), codes (n,bits/8)) of one item, in time order."""
         with self._lock:
             rows = self._rows(
-                'SELECT segment_id, start, "end", embedding, code FROM segments WHERE collection = ? AND item_id = ? ORDER BY start',
+                'SELECT segment_id, start, "end", embedding, code FROM segments WHERE collection = ? AND item_id = ? ORDER BY start, segment_id',
                 (collection, item_id),
             )
         return unpack_segments(rows, dim, bits)
+
+    def segments_of_items(self, collection: str, item_ids: list[str], dim: int, bits: int) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """:meth:`item_segments` of several items in one round trip per 500 items (a search's hits:
+        one query instead of one per hit); items without segments are absent."""
+        grouped: dict[str, list[Any]] = {}
+        with self._lock:
+            for chunk in chunks(list(dict.fromkeys(item_ids)), 500):
+                marks = ",".join("?" * len(chunk))
+                for row in self._rows(
+                    f'SELECT item_id, segment_id, start, "end", embedding, code FROM segments'
+                    f" WHERE collection = ? AND item_id IN ({marks}) ORDER BY item_id, start, segment_id",
+                    (collection, *chunk),
+                ):
+                    grouped.setdefault(row[0], []).append(tuple(row)[1:])
+        return {item: unpack_segments(rows, dim, bits) for item, rows in grouped.items()}
 
     def last_seq(self, collection: str) -> int:
         with self._lock:

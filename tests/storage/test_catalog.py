@@ -67,3 +67,17 @@ def test_catalog_survives_reopening(open_catalog):
     catalog.close()
     reopened = open_catalog()
     assert reopened.counts("c") == (1, 2) and reopened.get_collection("c").window_s == 1.0
+
+
+def test_segments_of_items_is_item_segments_for_each_item_in_one_call(open_catalog):
+    catalog = open_catalog()
+    catalog.create_collection(_collection())
+    catalog.create_collection(_collection("other"))
+    catalog.upsert_items("c", [_item("a", n=3, seed=1), _item("b", n=1, seed=2), _item("z", n=2, seed=3)])
+    catalog.upsert_items("other", [_item("a", n=2, seed=4)])  # same item id in another collection: not mixed in
+    got = catalog.segments_of_items("c", ["z", "a", "missing", "a"], 4, 8)
+    assert set(got) == {"a", "z"}  # unknown ids are absent, repeated ones read once
+    for item_id in ("a", "z"):
+        for batched, single in zip(got[item_id], catalog.item_segments("c", item_id, 4, 8)):
+            np.testing.assert_array_equal(batched, single)
+    assert catalog.segments_of_items("c", [], 4, 8) == {}
