@@ -21,6 +21,11 @@ resampled with soxr, as training resampled its clips.
 
 A checkpoint directory holds ``config.json`` and ``weights.safetensors`` (the router) and one
 sub-directory per branch (``speech/``, ``sounds/``), each an ordinary checkpoint of its family.
+
+Version 3 adds optional training-free views to the speech half (app/encoders/speech_views.py): a
+whitening of the speech float and a downsampled-MFCC part with its own bits. They are on only when
+the config has ``speech_views``; their buffers sit in the same weights file under ``views.``, loaded
+strictly. A checkpoint without them (versions 1 and 2) loads and answers exactly as before.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from app.encoders._trained_audio import take_audio_config
 from app.encoders.audio_nets import fit_to_window
 from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
+from app.encoders.speech_views import PREFIX as VIEWS_PREFIX, SpeechViews, views_from_config
 
 FAMILY = "routed-fusion"
 BRANCHES = ("speech", "sounds")
@@ -71,17 +77,22 @@ def fuse(speech: torch.Tensor, speech_code: torch.Tensor, sounds: torch.Tensor, 
 class RoutedFusionEncoder(Encoder):
     modality = "audio"
 
-    def __init__(self, config: dict[str, Any], speech: Encoder, sounds: Encoder, router: Router) -> None:
+    def __init__(self, config: dict[str, Any], speech: Encoder, sounds: Encoder, router: Router,
+                 views: SpeechViews | None = None) -> None:
         super().__init__()
         take_audio_config(self, config)
         self.speech, self.sounds, self.router = speech, sounds, router.eval()
-        self.dim = speech.dim + sounds.dim
-        self.bits = speech.bits + sounds.bits
+        self.views = views.eval() if views is not None else None
+        extra_dim, extra_bits = (views.extra_dim, views.mfcc_bits) if views is not None else (0, 0)
+        self.dim = speech.dim + extra_dim + sounds.dim
+        self.bits = speech.bits + extra_bits + sounds.bits
 
     def to(self, device: str) -> "RoutedFusionEncoder":
         self.speech.to(device)
         self.sounds.to(device)
         self.router.to(device)
+        if self.views is not None:
+            self.views.to(device)
         self.device = device
         return self
 
@@ -104,6 +115,8 @@ class RoutedFusionEncoder(Encoder):
             sounds, sounds_code = self.sounds.net.embed(stats)
             p = self.router(stats[:, 0])
             speech, speech_code = self.speech.embed_tensor(self._speech_waves(waves))
+            if self.views is not None:  # fuse() normalises the speech half, so the views' weights hold
+                speech, speech_code = self.views(speech, speech_code, torch.from_numpy(waves).to(self.device))
             floats, codes = fuse(speech, speech_code, sounds, sounds_code, p)
         return floats, codes, p
 
@@ -139,8 +152,19 @@ def load(directory: Path, config: dict[str, Any]) -> RoutedFusionEncoder:
     sounds = branches["sounds"]
     if sounds.sample_rate != int(config["sample_rate"]) or not hasattr(sounds, "features"):
         raise CheckpointError(f"{directory}: the sounds branch must run at the service rate ({config['sample_rate']} Hz)")
-    router = Router(int(state["mean"].numel()))
-    load_state_strict(router, state, str(directory))
+    router_state = {k: v for k, v in state.items() if not k.startswith(VIEWS_PREFIX)}
+    views_state = {k[len(VIEWS_PREFIX):]: v for k, v in state.items() if k.startswith(VIEWS_PREFIX)}
+    router = Router(int(router_state["mean"].numel()))
+    load_state_strict(router, router_state, str(directory))
     if router.n_in != getattr(sounds.net, "n_in", None):
         raise CheckpointError(f"{directory}: the router reads {router.n_in} statistics, the sounds branch gives {sounds.net.n_in}")
-    return RoutedFusionEncoder(config, branches["speech"], sounds, router)
+    views = None
+    if config.get("speech_views") is not None:
+        if int(config["sample_rate"]) != 16000:
+            raise CheckpointError(f"{directory}: speech_views need the service rate 16000 Hz, not {config['sample_rate']}")
+        speech = branches["speech"]
+        views = views_from_config(config["speech_views"], speech.dim, speech.bits)
+        load_state_strict(views, views_state, f"{directory} (speech_views)")
+    elif views_state:
+        raise CheckpointError(f"{directory}: weights hold speech views ({sorted(views_state)[:3]}) but the config has no speech_views")
+    return RoutedFusionEncoder(config, branches["speech"], sounds, router, views)

@@ -13,6 +13,9 @@ Steps (each skipped when its output already exists in ``--work``, so a stopped r
    the training sounds and generated non-speech;
 5. the three are written as one ``routed-fusion`` checkpoint (app/encoders/routed_fusion.py).
 
+``--views-from DIR --whiten-eps E --mfcc-bits B`` trains nothing: it takes DIR's branches and router and
+adds the training-free speech views (app/training/speech_views_fit.py; general-audio version 3).
+
 What is held out (constants below) is what bench/audio_generalisation.py scores on. ``--without
 asc|fsdd|esc`` trains the same recipe without one corpus, for the leave-one-corpus-out evaluation.
 """
@@ -256,6 +259,8 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.time()
     data, work = Path(args.data).resolve(), Path(args.work)  # manifests hold absolute paths
+    if args.views_from:  # version 3: an existing checkpoint's branches and router, plus fitted speech views
+        return fit_views(data, args)
     manifests = training_manifests(data, work, args.without)
     synth = synthesise(work, args)
     if args.speech_init and args.without == "asc":
@@ -303,6 +308,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def fit_views(data: Path, args: argparse.Namespace) -> int:
+    """``--views-from``: no training; fit the speech views (app/training/speech_views_fit.py) and write --out."""
+    from app.training.speech_views_fit import fit_views_checkpoint
+
+    if args.whiten_eps is None and not args.mfcc_bits:
+        raise SystemExit("--views-from needs --whiten-eps and/or --mfcc-bits")
+    own = getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:]
+    update = {"name": args.name or Path(args.out).name, "version": args.version,
+              "reproduce": {"train": "recall train general-audio " + shlex.join(own),
+                            "note": "minutes on CPU: no network is trained, the statistics are fitted on training-side windows"}}
+    if args.description:
+        update["description"] = args.description
+    out = fit_views_checkpoint(data, Path(args.views_from), Path(args.out), args.whiten_eps, args.mfcc_bits, args.seed, update)
+    print(f"speech views (whiten eps {args.whiten_eps}, {args.mfcc_bits} MFCC bits) fitted -> {out}")
+    return 0
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("general-audio", help="train the default audio encoder (speech + sounds, routed fusion)")
     p.add_argument("--data", required=True, help="folder with asc/, fsdd/ and esc50/ (../shared/data)")
@@ -325,6 +347,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--speech-init", metavar="CHECKPOINT_DIR",
                    help="fine-tune the speech branch from this attn-hash checkpoint (all Arabic keywords, "
                         "English digits from real and synthetic voices) instead of training it from scratch")
+    p.add_argument("--views-from", metavar="CHECKPOINT_DIR",
+                   help="train nothing: take this routed-fusion checkpoint's branches and router and add the "
+                        "training-free speech views (--whiten-eps, --mfcc-bits) fitted on training-side windows")
+    p.add_argument("--whiten-eps", type=float, default=None,
+                   help="with --views-from: whiten the speech float, eigenvalues floored at EPS x the largest")
+    p.add_argument("--mfcc-bits", type=int, default=0,
+                   help="with --views-from: append the downsampled-MFCC view with this many code bits (multiple of 8)")
     p.add_argument("--digit-voices", type=int, default=48, help="espeak-ng voices per English digit word")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")

@@ -12,6 +12,8 @@ import pytest
 from app.encoders.registry import create_encoder, discover
 from app.settings import EncoderSettings
 
+SPEECH_HALF = 256 + 64  # trained speech bits + the MFCC view's bits (version 3)
+
 
 @pytest.fixture(scope="module")
 def encoder():
@@ -22,7 +24,10 @@ def test_default_is_a_routed_fusion_of_the_speech_and_sounds_branches(encoder) -
     assert EncoderSettings().default_audio == encoder.name == "general-audio"
     assert encoder.config["family"] == "routed-fusion" and encoder.version == encoder.config["version"]
     assert (encoder.sample_rate, encoder.default_window_s, encoder.default_hop_s) == (16000, 1.0, 0.5)
-    assert encoder.bits == encoder.speech.bits + encoder.sounds.bits == 512
+    # version 3: the speech half is the trained speech bits plus the MFCC view's bits
+    speech_half = encoder.speech.bits + encoder.views.mfcc_bits
+    assert (encoder.bits, speech_half, encoder.sounds.bits) == (576, 320, 256)
+    assert encoder.dim == encoder.speech.dim + encoder.views.extra_dim + encoder.sounds.dim == 642
     assert encoder.config["reproduce"]["train"].startswith("recall train general-audio ")
 
 
@@ -30,7 +35,7 @@ def test_noise_and_silence_go_to_the_sounds_half(encoder) -> None:
     rng = np.random.default_rng(0)
     windows = [(0.1 * rng.standard_normal(16000)).astype(np.float32), np.zeros(16000, np.float32)]
     bits = np.unpackbits(encoder.encode(windows).codes, axis=1, bitorder="little")
-    assert not bits[:, :256].any() and bits[:, 256:].any(axis=1).all()
+    assert not bits[:, :SPEECH_HALF].any() and bits[:, SPEECH_HALF:].any(axis=1).all()
 
 
 def test_same_input_gives_the_same_code_whatever_the_batch(encoder) -> None:
@@ -52,14 +57,29 @@ def test_spoken_words_go_to_the_speech_half_in_several_languages(encoder) -> Non
         wave = synthesise(binary, Voice(language, "", 50, 160), text, 16000)
         windows.append(np.pad(wave, (0, max(0, 16000 - len(wave))))[:16000])
     bits = np.unpackbits(encoder.encode(windows).codes, axis=1, bitorder="little")
-    assert bits[:, :256].any(axis=1).all() and not bits[:, 256:].any()
+    assert bits[:, :SPEECH_HALF].any(axis=1).all() and not bits[:, SPEECH_HALF:].any()
+    assert bits[:, 256:SPEECH_HALF].any(axis=1).all()  # the MFCC view's bits are set for speech
 
 
-def test_the_previous_default_still_answers_for_collections_built_with_it(encoder) -> None:
+@pytest.mark.parametrize("version", ["1", "2"])
+def test_the_previous_defaults_still_answer_for_collections_built_with_them(encoder, version: str) -> None:
     specs = discover()
-    previous = create_encoder("general-audio@1", specs)
-    assert previous.name == encoder.name == "general-audio" and previous.version == "1" != encoder.version
+    previous = create_encoder(f"general-audio@{version}", specs)
+    assert previous.name == encoder.name == "general-audio" and previous.version == version != encoder.version
+    assert previous.views is None and (previous.dim, previous.bits) == (512, 512)
     assert specs["general-audio"].source == specs[f"general-audio@{encoder.version}"].source
     rng = np.random.default_rng(2)
     window = [(0.1 * rng.standard_normal(16000)).astype(np.float32)]
-    assert not np.allclose(previous.encode(window).floats, encoder.encode(window).floats)
+    assert previous.encode(window).floats.shape != encoder.encode(window).floats.shape
+
+
+def test_version_3_keeps_version_2s_branches_and_router(encoder) -> None:
+    """Version 3 adds views only: its trained speech bits and its sounds half are version 2's, window for window."""
+    previous = create_encoder("general-audio@2", discover())
+    assert encoder.version == "3" and encoder.config["speech_views"]["from"]["version"] == "2"
+    rng = np.random.default_rng(3)
+    windows = [(0.1 * rng.standard_normal(16000)).astype(np.float32), np.zeros(16000, np.float32)]
+    new = np.unpackbits(encoder.encode(windows).codes, axis=1, bitorder="little")
+    old = np.unpackbits(previous.encode(windows).codes, axis=1, bitorder="little")
+    np.testing.assert_array_equal(new[:, SPEECH_HALF:], old[:, 256:])
+    np.testing.assert_array_equal(new[:, :256], old[:, :256])

@@ -1,0 +1,152 @@
+"""Training-free views added to the speech half of a ``routed-fusion`` encoder (general-audio version 3).
+
+Why: the trained speech branch and the Levin-style downsampled MFCC (app/eval/audio_baselines.py)
+make different errors on English digits by unseen speakers, so a weighted direct sum of the two
+finds more than either; and the branch's float embedding has a few dominant directions (speaker,
+level) that a regularised whitening damps. Neither needs training: all they hold is statistics of
+unlabelled training-side speech windows and a seeded random matrix, fixed in the checkpoint, because
+a service cannot standardise over the collection it searches (the baseline does that; it would make a
+window's embedding depend on what else was indexed).
+
+For one window with speech-branch float ``s`` (its trained code values ``c``) and 16 kHz audio ``x``:
+
+- ``u = normalise((s - white_mean) @ white_map)`` when whitening is on, else ``normalise(s)``;
+  ``white_map = V diag(1 / sqrt(max(lambda, eps * lambda_max)))`` from the eigen-decomposition of the
+  training windows' covariance (eigenvalues floored, so weak directions are not blown up);
+- ``z = (levin_mfcc(x) - mfcc_mean) / mfcc_scale`` (130 values);
+- float ``[u, w * normalise(z)]`` with ``w = sqrt(mfcc_bits / speech_bits)``; code values
+  ``[c, z @ mfcc_proj]`` (``mfcc_proj`` a seeded Gaussian 130 x mfcc_bits: sign random projections,
+  whose Hamming distance estimates the angle). With ``w^2`` equal to the ratio of bit counts, the float
+  cosine and the Hamming similarity weight the two views alike.
+
+The whitening touches the float only: the trained bits stay the code (the signs of whitened values
+were a worse code, Hamming/float 0.93; reports/audio/README.md).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from app.eval.audio_baselines import N_CEPS, N_MELS, SEGMENTS, VOICED_FLOOR_DB, dct_ii, segment_means, voiced_span
+from app.features.logmel import LogMel
+
+MFCC_RATE = 16000
+MFCC_DIM = N_CEPS * SEGMENTS  # 130
+PREFIX = "views."
+_DCT = dct_ii(N_MELS, N_CEPS)
+
+
+def levin_mfcc_frames(frames: np.ndarray) -> np.ndarray:
+    """(T, 40) natural-log mel frames of one window -> (130,) downsampled MFCC, exactly as the baseline
+    computes it before its per-set standardisation (the same three functions)."""
+    cepstra = voiced_span(frames) @ dct_ii(N_MELS, N_CEPS).T
+    return segment_means(cepstra - cepstra.mean(axis=0), SEGMENTS).ravel()
+
+
+def levin_mfcc_batch(frames: np.ndarray) -> np.ndarray:
+    """(B, T, 40) -> (B, 130): ``levin_mfcc_frames`` of every window at once (what a query pays for matters:
+    a Python loop over windows cost 0.46 ms each, this under a tenth of that). Each window's voiced span
+    and its ten near-equal segments (numpy.array_split's sizes) become index ranges into running sums."""
+    b, t, _ = frames.shape
+    rows = np.arange(b)
+    cepstra = frames.astype(np.float64) @ _DCT.T.astype(np.float64)  # (B, T, 13)
+    loudness = frames.max(axis=2)
+    keep = loudness > loudness.max(axis=1, keepdims=True) - VOICED_FLOOR_DB / 10.0 * np.log(10.0)
+    voiced = keep.sum(axis=1) >= 2  # else the whole window, as voiced_span does
+    start = np.where(voiced, keep.argmax(axis=1), 0)
+    stop = np.where(voiced, t - keep[:, ::-1].argmax(axis=1), t)
+    length = stop - start
+    sums = np.concatenate([np.zeros((b, 1, N_CEPS)), np.cumsum(cepstra, axis=1)], axis=1)  # sums[:, i] = frames < i
+    span_mean = (sums[rows, stop] - sums[rows, start]) / length[:, None]
+    sizes = length[:, None] // SEGMENTS + (np.arange(SEGMENTS)[None] < (length % SEGMENTS)[:, None])
+    seg_start = start[:, None] + np.cumsum(sizes, axis=1) - sizes
+    seg_sum = sums[rows[:, None], seg_start + sizes] - sums[rows[:, None], seg_start]
+    means = seg_sum / np.maximum(sizes, 1)[..., None]
+    # an empty segment (a span under 10 frames) repeats the span's last frame, as segment_means does
+    means = np.where(sizes[..., None] > 0, means, cepstra[rows, stop - 1][:, None, :])
+    return (means - span_mean[:, None, :]).reshape(b, MFCC_DIM).astype(np.float32)
+
+
+def downsampled_mfcc(waves: torch.Tensor, logmel: LogMel | None = None) -> torch.Tensor:
+    """(B, samples) 16 kHz windows -> (B, 130) raw downsampled MFCCs."""
+    logmel = logmel or LogMel(MFCC_RATE, n_mels=N_MELS)
+    frames = logmel(waves).float().cpu().numpy()
+    return torch.from_numpy(levin_mfcc_batch(frames)).to(waves.device)
+
+
+class SpeechViews(torch.nn.Module):
+    """The fixed statistics and projection; ``forward`` turns the speech branch's output into the speech half."""
+
+    def __init__(self, speech_dim: int, speech_bits: int, whiten: bool, mfcc_bits: int) -> None:
+        super().__init__()
+        if mfcc_bits < 0 or mfcc_bits % 8:
+            raise ValueError(f"mfcc_bits must be a non-negative multiple of 8, got {mfcc_bits}")
+        self.speech_dim, self.speech_bits, self.whiten, self.mfcc_bits = speech_dim, speech_bits, whiten, mfcc_bits
+        self.mfcc_weight = math.sqrt(mfcc_bits / speech_bits)
+        if whiten:
+            self.register_buffer("white_mean", torch.zeros(speech_dim))
+            self.register_buffer("white_map", torch.eye(speech_dim))
+        if mfcc_bits:
+            self.register_buffer("mfcc_mean", torch.zeros(MFCC_DIM))
+            self.register_buffer("mfcc_scale", torch.ones(MFCC_DIM))
+            self.register_buffer("mfcc_proj", torch.zeros(MFCC_DIM, mfcc_bits))
+            self.logmel = LogMel(MFCC_RATE, n_mels=N_MELS)
+
+    @property
+    def extra_dim(self) -> int:
+        return MFCC_DIM if self.mfcc_bits else 0
+
+    def forward(self, speech: torch.Tensor, speech_code: torch.Tensor, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(speech half float, before the router's weight; speech half code values)."""
+        u = (speech - self.white_mean) @ self.white_map if self.whiten else speech
+        floats, codes = [torch.nn.functional.normalize(u, dim=1)], [speech_code]
+        if self.mfcc_bits:
+            z = (downsampled_mfcc(waves, self.logmel) - self.mfcc_mean) / self.mfcc_scale
+            floats.append(self.mfcc_weight * torch.nn.functional.normalize(z, dim=1))
+            codes.append(z @ self.mfcc_proj)
+        return torch.cat(floats, 1), torch.cat(codes, 1)
+
+
+def views_from_config(spec: dict[str, Any], speech_dim: int, speech_bits: int) -> SpeechViews:
+    return SpeechViews(speech_dim, speech_bits, spec.get("whiten_eps") is not None, int(spec.get("mfcc_bits", 0)))
+
+
+# -- fitting (numpy, float64), used by `recall train general-audio --views-from` ---------------------------
+
+def fit_whitening(floats: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, map) of a regularised PCA whitening: eigenvalues below ``eps`` x the largest are raised to it."""
+    x = np.asarray(floats, np.float64)
+    mean = x.mean(axis=0)
+    values, vectors = np.linalg.eigh(np.cov((x - mean).T))
+    floor = np.maximum(values, eps * values.max())
+    return mean.astype(np.float32), (vectors / np.sqrt(floor)).astype(np.float32)
+
+
+def fit_standardisation(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(raw, np.float64)
+    return x.mean(axis=0).astype(np.float32), (x.std(axis=0) + 1e-6).astype(np.float32)
+
+
+def random_projection(n_in: int, bits: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n_in, bits)).astype(np.float32)
+
+
+def fitted_views(speech_floats: np.ndarray, raw_mfcc: np.ndarray, speech_bits: int, whiten_eps: float | None,
+                 mfcc_bits: int, seed: int) -> SpeechViews:
+    """A SpeechViews whose buffers are fitted on training-side windows (no labels used)."""
+    views = SpeechViews(speech_floats.shape[1], speech_bits, whiten_eps is not None, mfcc_bits)
+    with torch.no_grad():
+        if whiten_eps is not None:
+            mean, mapping = fit_whitening(speech_floats, whiten_eps)
+            views.white_mean.copy_(torch.from_numpy(mean))
+            views.white_map.copy_(torch.from_numpy(mapping))
+        if mfcc_bits:
+            mean, scale = fit_standardisation(raw_mfcc)
+            views.mfcc_mean.copy_(torch.from_numpy(mean))
+            views.mfcc_scale.copy_(torch.from_numpy(scale))
+            views.mfcc_proj.copy_(torch.from_numpy(random_projection(MFCC_DIM, mfcc_bits, seed)))
+    return views

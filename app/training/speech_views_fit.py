@@ -1,0 +1,99 @@
+"""Fit general-audio's training-free speech views (app/encoders/speech_views.py) on an existing
+``routed-fusion`` checkpoint and write a new checkpoint with the same branches and router.
+
+    recall train general-audio --data ../shared/data --views-from app/assets/models/general-audio@2 \\
+        --whiten-eps 0.3 --mfcc-bits 64 --out app/assets/models/general-audio --version 3
+
+The statistics come from unlabelled training-side speech windows only: a seeded sample of 600 Arabic
+Speech Commands clips by the speakers the speech branch trained on (its held-out and validation speakers
+left out) and the FSDD clips it trained on (george and lucas, digits not held out). No label is read.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from app.encoders.audio_nets import fit_to_window
+from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
+from app.encoders.speech_views import MFCC_DIM, N_MELS, PREFIX, downsampled_mfcc, fitted_views
+from app.features.logmel import LogMel
+
+ASC_SAMPLE = 600
+CHUNK = 64
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def fit_paths(data: Path, speech_config: dict[str, Any], seed: int) -> list[Path]:
+    """The training-side clips the views are fitted on (see the module docstring)."""
+    from app.training import general_audio as recipe
+
+    split = speech_config.get("split", {})
+    left_out = set(recipe.ASC_HOLDOUT_SPEAKERS) | set(split.get("val", [])) | set(split.get("holdout", []))
+    asc = [r for r in _rows(data / "asc" / "asc.csv") if r["speaker"] not in left_out]
+    chosen = sorted(np.random.default_rng(seed).choice(len(asc), size=min(ASC_SAMPLE, len(asc)), replace=False))
+    fsdd = [r for r in _rows(data / "fsdd" / "fsdd.csv")
+            if r["speaker"] not in recipe.FSDD_HOLDOUT_SPEAKERS and r["digit"] not in recipe.FSDD_HOLDOUT_WORDS]
+    return [data / "asc" / asc[i]["file"] for i in chosen] + [data / "fsdd" / r["file"] for r in fsdd]
+
+
+def window_batches(clips: list[np.ndarray], rate: int, window_s: float, hop_s: float, window: int):
+    """The service's windows of each clip (1 s every 0.5 s), centred in ``window`` samples, in batches."""
+    from app.features.windows import cut_windows
+
+    flat = [w for clip in clips for w in cut_windows(clip, rate, window_s, hop_s)[0]]
+    for start in range(0, len(flat), CHUNK):
+        yield np.stack([fit_to_window(torch.from_numpy(np.require(w, np.float32, ["W"])), window).numpy()
+                        for w in flat[start: start + CHUNK]])
+
+
+def fit_views_checkpoint(data: Path, source: Path, out: Path, whiten_eps: float | None, mfcc_bits: int, seed: int,
+                         config_update: dict[str, Any]) -> Path:
+    from app.encoders.registry import load_checkpoint_dir
+    from app.training.audio_data import Record, load_waves
+
+    source, out = Path(source), Path(out)
+    if source.resolve() == out.resolve():
+        raise SystemExit("--views-from and --out must differ (the source checkpoint is read while the new one is written)")
+    stored = read_config(source)
+    if stored.get("family") != "routed-fusion" or stored.get("speech_views") is not None:
+        raise CheckpointError(f"{source}: --views-from needs a routed-fusion checkpoint without speech views")
+    encoder = load_checkpoint_dir(source)
+    paths = fit_paths(data, read_config(source / "speech"), seed)
+    clips = load_waves([Record(str(p), "") for p in paths], encoder.sample_rate, cache_dir="/tmp/recall-audio-cache")
+    logmel = LogMel(encoder.sample_rate, n_mels=N_MELS)
+    floats, raw = [], []
+    with torch.inference_mode():
+        for waves in window_batches(clips, encoder.sample_rate, encoder.default_window_s, encoder.default_hop_s,
+                                    encoder.window):
+            floats.append(encoder.speech.embed_tensor(encoder._speech_waves(waves))[0].float().cpu().numpy())
+            if mfcc_bits:
+                raw.append(downsampled_mfcc(torch.from_numpy(waves), logmel).numpy())
+    floats_arr = np.concatenate(floats)
+    raw_arr = np.concatenate(raw) if raw else np.zeros((len(floats_arr), MFCC_DIM), np.float32)
+    views = fitted_views(floats_arr, raw_arr, encoder.speech.bits, whiten_eps, mfcc_bits, seed)
+
+    out.mkdir(parents=True, exist_ok=True)
+    for branch in ("speech", "sounds"):
+        shutil.rmtree(out / branch, ignore_errors=True)
+        shutil.copytree(source / branch, out / branch)
+    if (source / "DATA.md").is_file():
+        shutil.copyfile(source / "DATA.md", out / "DATA.md")
+    state, _ = load_checkpoint(source)
+    state.update({PREFIX + k: v for k, v in views.state_dict().items()})
+    spec = {"whiten_eps": whiten_eps, "mfcc_bits": mfcc_bits, "mfcc_weight": views.mfcc_weight, "seed": seed,
+            "fitted_on": f"{len(floats_arr)} unlabelled training-side windows ({len(paths)} clips: ASC training "
+                         "speakers, FSDD george/lucas training digits)",
+            "from": {"name": stored.get("name"), "version": stored.get("version")}}
+    config = {**stored, **config_update, "speech_views": spec}
+    metrics = {"views_windows": len(floats_arr), "views_clips": len(paths)}
+    return save_checkpoint(out, state, config, metrics)
