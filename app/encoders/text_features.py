@@ -48,6 +48,7 @@ class MiniLMFeatures:
         self.device = device
         self.batch_size = batch_size
         self._model: Any = None
+        self._lean: Any = None  # app.encoders.minilm_lean.LeanMiniLM, built on the first query
         self._lock = threading.Lock()  # the service may call from its worker thread and a test thread
 
     def _load(self) -> Any:
@@ -71,22 +72,18 @@ class MiniLMFeatures:
         return np.asarray(vectors, dtype=np.float32)
 
     def _direct(self, model: Any, texts: list[str]) -> np.ndarray:
-        """A few sentences (a search's query) through the model's own modules in one call.
+        """A few sentences (a search's query) through app/encoders/minilm_lean.py's forward.
 
-        Why: ``encode`` sorts, batches, checks modalities and converts for any batch size; for one
-        query that is ~3 ms of a ~25 ms MiniLM call on this project's 2 cores. The modules are the
-        same (tokenizer, transformer, mean pooling, normalisation), so the vectors agree with
-        ``encode`` to float rounding (tests/encoders/test_minilm_query_path.py).
+        Why: ``encode`` sorts, batches, checks modalities and converts for any batch size, and the
+        library's module tree costs more than the arithmetic for a dozen tokens; the lean forward
+        runs the same weights and agrees with ``encode`` to float rounding
+        (tests/encoders/test_minilm_query_path.py).
         """
-        import torch
+        if self._lean is None:
+            from app.encoders.minilm_lean import LeanMiniLM
 
-        with torch.inference_mode():
-            features = model.preprocess(texts)
-            features = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
-            vectors = model(features)["sentence_embedding"]
-            # the bundled model normalises in its last module; this keeps unit length if it ever does not
-            vectors = torch.nn.functional.normalize(vectors.float(), dim=1)
-        return vectors.cpu().numpy().astype(np.float32, copy=False)
+            self._lean = LeanMiniLM(model)
+        return self._lean(texts).cpu().numpy().astype(np.float32, copy=False)
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "dim": self.dim}

@@ -1,4 +1,4 @@
-"""The MiniLM query path (a few sentences through the model's modules) agrees with ``encode``."""
+"""The MiniLM query path (a few sentences through app/encoders/minilm_lean.py) agrees with ``encode``."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def test_direct_path_matches_encode_one_sentence_and_a_padded_batch(features: Mi
         assert ours.dtype == np.float32 and ours.shape == (len(texts), 384)
         np.testing.assert_allclose(ours, _reference(features, texts), atol=1e-5)
         np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    assert features._lean is not None  # the lean forward answered, not the library's module tree
     # order is kept (encode sorts by length internally and unsorts; the direct path never sorts)
     np.testing.assert_allclose(features(SENTENCES[::-1]), features(SENTENCES)[::-1], atol=1e-5)
 
@@ -43,3 +44,17 @@ def test_large_batches_still_take_encode(features: MiniLMFeatures) -> None:
     texts = [f"a shape number {i}" for i in range(QUERY_BATCH + 3)]
     np.testing.assert_allclose(features(texts), _reference(features, texts), atol=1e-6)
 
+
+
+def test_the_lean_forward_refuses_a_model_it_does_not_implement(features: MiniLMFeatures) -> None:
+    from app.encoders.minilm_lean import LeanMiniLM
+
+    model = features._load()
+    bert = model[0].auto_model
+    saved = bert.config.hidden_act
+    bert.config.hidden_act = "relu"  # same shapes, different arithmetic: must not be run as gelu
+    try:
+        with pytest.raises(ValueError, match="gelu"):
+            LeanMiniLM(model)
+    finally:
+        bert.config.hidden_act = saved
