@@ -19,6 +19,8 @@ each input to its window first).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import torch
 
@@ -26,7 +28,8 @@ from app.features.logmel import LogMel
 from app.features.pcen import Pcen
 
 
-def modulation_edges(n_frames: int, n_bins: int) -> list[tuple[int, int]]:
+@lru_cache(maxsize=64)  # a service sees one or two window lengths; computing them per call cost a query ~0.1 ms
+def modulation_edges(n_frames: int, n_bins: int) -> tuple[tuple[int, int], ...]:
     """[start, stop) rfft-bin ranges, log-spaced from the first non-DC bin to the last.
 
     Duplicates from rounding are dropped, so short windows get fewer (never empty) bins.
@@ -34,7 +37,7 @@ def modulation_edges(n_frames: int, n_bins: int) -> list[tuple[int, int]]:
     n_freqs = n_frames // 2 + 1
     stops = np.unique(np.round(np.geomspace(1, n_freqs, n_bins)).astype(int))
     starts = np.r_[1, stops[:-1]]
-    return [(int(a), int(b)) for a, b in zip(starts, stops) if b > a]
+    return tuple((int(a), int(b)) for a, b in zip(starts, stops) if b > a)  # immutable: the result is cached
 
 
 class TextureStats(torch.nn.Module):
@@ -85,9 +88,15 @@ class TextureStats(torch.nn.Module):
         corr = (z.transpose(1, 2) @ z) / frames
         correlation = corr[:, self.upper_rows, self.upper_cols]
 
-        taper = torch.hann_window(frames, periodic=False, dtype=mel.dtype, device=mel.device)[None, :, None]
+        taper = _taper(frames, mel.dtype, mel.device)
         power = torch.fft.rfft(centred * taper, dim=1).abs().pow(2)  # (B, F, bands)
         binned = torch.stack([power[:, a:b].sum(1) for a, b in modulation_edges(frames, self.mod_bins)], 1)
         modulation = torch.log(binned + 1e-3).flatten(1)  # bin-major: all bands of bin 0, then bin 1...
 
         return torch.cat([*per_band, correlation, modulation], 1)
+
+
+@lru_cache(maxsize=16)
+def _taper(frames: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(1, frames, 1) symmetric Hann taper for the modulation spectrum, made once per length."""
+    return torch.hann_window(frames, periodic=False, dtype=dtype, device=device)[None, :, None]
