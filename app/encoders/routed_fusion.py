@@ -23,7 +23,8 @@ A checkpoint directory holds ``config.json`` and ``weights.safetensors`` (the ro
 sub-directory per branch (``speech/``, ``sounds/``), each an ordinary checkpoint of its family.
 
 Version 3 adds optional training-free views to the speech half (app/encoders/speech_views.py): a
-whitening of the speech float and a downsampled-MFCC part with its own bits. They are on only when
+whitening of the speech float and a downsampled-MFCC part with its own bits, which ride in the sounds
+half of the code that a speech window leaves empty (``fuse``). They are on only when
 the config has ``speech_views``; their buffers sit in the same weights file under ``views.``, loaded
 strictly. A checkpoint without them (versions 1 and 2) loads and answers exactly as before.
 """
@@ -40,11 +41,13 @@ from app.encoders._trained_audio import take_audio_config
 from app.encoders.audio_nets import fit_to_window
 from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
+from app.encoders.side_thread import run_beside
 from app.encoders.speech_views import PREFIX as VIEWS_PREFIX, SpeechViews, views_from_config
 
 FAMILY = "routed-fusion"
 BRANCHES = ("speech", "sounds")
 ENCODE_CHUNK = 64
+SIDE_THREAD_MAX_WINDOWS = 2  # batches up to this size run their two halves on two threads
 
 
 class Router(torch.nn.Module):
@@ -63,14 +66,23 @@ class Router(torch.nn.Module):
 
 
 def fuse(speech: torch.Tensor, speech_code: torch.Tensor, sounds: torch.Tensor, sounds_code: torch.Tensor,
-         p_speech: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(float embedding, code values) of the direct sum; code value > 0 is bit 1, filler halves are all -1."""
+         p_speech: torch.Tensor, extra_code: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float embedding, code values) of the direct sum; code value > 0 is bit 1, filler halves are all -1.
+
+    ``extra_code`` (speech views' bits, version 3) rides at the start of the sounds half, which a speech
+    window otherwise fills with -1: two speech windows compare those bits, two sound windows their sound
+    bits, and a speech window against a sound window still differs in about half of all bits. So the code
+    stays speech bits + sound bits long (512: the one-query Hamming kernel takes at most 512 bits).
+    """
     p = p_speech.clamp(0.0, 1.0)[:, None]
     floats = torch.cat([torch.sqrt(p) * torch.nn.functional.normalize(speech, dim=1),
                         torch.sqrt(1.0 - p) * torch.nn.functional.normalize(sounds, dim=1)], 1)
     is_speech = p >= 0.5
+    sounds_filler = -torch.ones_like(sounds_code)
+    if extra_code is not None:
+        sounds_filler = torch.cat([extra_code, sounds_filler[:, extra_code.shape[1]:]], 1)
     codes = torch.cat([torch.where(is_speech, speech_code, -torch.ones_like(speech_code)),
-                       torch.where(is_speech, -torch.ones_like(sounds_code), sounds_code)], 1)
+                       torch.where(is_speech, sounds_filler, sounds_code)], 1)
     return floats, codes
 
 
@@ -83,9 +95,8 @@ class RoutedFusionEncoder(Encoder):
         take_audio_config(self, config)
         self.speech, self.sounds, self.router = speech, sounds, router.eval()
         self.views = views.eval() if views is not None else None
-        extra_dim, extra_bits = (views.extra_dim, views.mfcc_bits) if views is not None else (0, 0)
-        self.dim = speech.dim + extra_dim + sounds.dim
-        self.bits = speech.bits + extra_bits + sounds.bits
+        self.dim = speech.dim + (views.extra_dim if views is not None else 0) + sounds.dim
+        self.bits = speech.bits + sounds.bits  # the views' bits ride in the sounds half (fuse)
 
     def to(self, device: str) -> "RoutedFusionEncoder":
         self.speech.to(device)
@@ -110,14 +121,28 @@ class RoutedFusionEncoder(Encoder):
 
     def embed_batch(self, waves: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(B, window) float32 at the service rate -> (floats, code values, p(speech)) tensors."""
+        def sounds_half() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            with torch.inference_mode():
+                stats = self.sounds.features(torch.from_numpy(waves).to(self.device))
+                sounds, sounds_code = self.sounds.net.embed(stats)
+                return sounds, sounds_code, self.router(stats[:, 0])
+
+        def speech_half() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+            with torch.inference_mode():
+                speech, speech_code = self.speech.embed_tensor(self._speech_waves(waves))
+                extra_code = None
+                if self.views is not None:  # fuse() normalises the speech half, so the views' weights hold
+                    speech, extra_code = self.views(speech, torch.from_numpy(waves).to(self.device))
+                return speech, speech_code, extra_code
+
+        # the halves are independent: a query's one or two windows run them on two cores at once
+        # (app/encoders/side_thread.py); bigger batches keep the cores busy one half after the other
+        if self.device == "cpu" and len(waves) <= SIDE_THREAD_MAX_WINDOWS:
+            (sounds, sounds_code, p), (speech, speech_code, extra_code) = run_beside(sounds_half, speech_half)
+        else:
+            (sounds, sounds_code, p), (speech, speech_code, extra_code) = sounds_half(), speech_half()
         with torch.inference_mode():
-            stats = self.sounds.features(torch.from_numpy(waves).to(self.device))
-            sounds, sounds_code = self.sounds.net.embed(stats)
-            p = self.router(stats[:, 0])
-            speech, speech_code = self.speech.embed_tensor(self._speech_waves(waves))
-            if self.views is not None:  # fuse() normalises the speech half, so the views' weights hold
-                speech, speech_code = self.views(speech, speech_code, torch.from_numpy(waves).to(self.device))
-            floats, codes = fuse(speech, speech_code, sounds, sounds_code, p)
+            floats, codes = fuse(speech, speech_code, sounds, sounds_code, p, extra_code)
         return floats, codes, p
 
     def encode(self, inputs: Sequence[np.ndarray]) -> Embeddings:
@@ -165,6 +190,8 @@ def load(directory: Path, config: dict[str, Any]) -> RoutedFusionEncoder:
         speech = branches["speech"]
         views = views_from_config(config["speech_views"], speech.dim, speech.bits)
         load_state_strict(views, views_state, f"{directory} (speech_views)")
+        if views.mfcc_bits > sounds.bits:
+            raise CheckpointError(f"{directory}: {views.mfcc_bits} view bits do not fit the {sounds.bits}-bit sounds half")
     elif views_state:
         raise CheckpointError(f"{directory}: weights hold speech views ({sorted(views_state)[:3]}) but the config has no speech_views")
     return RoutedFusionEncoder(config, branches["speech"], sounds, router, views)

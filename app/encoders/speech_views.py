@@ -14,10 +14,11 @@ For one window with speech-branch float ``s`` (its trained code values ``c``) an
   ``white_map = V diag(1 / sqrt(max(lambda, eps * lambda_max)))`` from the eigen-decomposition of the
   training windows' covariance (eigenvalues floored, so weak directions are not blown up);
 - ``z = (levin_mfcc(x) - mfcc_mean) / mfcc_scale`` (130 values);
-- float ``[u, w * normalise(z)]`` with ``w = sqrt(mfcc_bits / speech_bits)``; code values
-  ``[c, z @ mfcc_proj]`` (``mfcc_proj`` a seeded Gaussian 130 x mfcc_bits: sign random projections,
-  whose Hamming distance estimates the angle). With ``w^2`` equal to the ratio of bit counts, the float
-  cosine and the Hamming similarity weight the two views alike.
+- float ``[u, w * normalise(z)]`` with ``w = sqrt(mfcc_bits / speech_bits)``; code values: the trained
+  ``c`` unchanged plus ``z @ mfcc_proj`` (``mfcc_proj`` a seeded Gaussian 130 x mfcc_bits: sign random
+  projections, whose Hamming distance estimates the angle), which routed_fusion.fuse places in the sounds
+  half of a speech window's code. With ``w^2`` equal to the ratio of bit counts, the float cosine and the
+  Hamming similarity weight the two views alike.
 
 The whitening touches the float only: the trained bits stay the code (the signs of whitened values
 were a worse code, Hamming/float 0.93; reports/audio/README.md).
@@ -100,15 +101,15 @@ class SpeechViews(torch.nn.Module):
     def extra_dim(self) -> int:
         return MFCC_DIM if self.mfcc_bits else 0
 
-    def forward(self, speech: torch.Tensor, speech_code: torch.Tensor, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(speech half float, before the router's weight; speech half code values)."""
+    def forward(self, speech: torch.Tensor, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(speech half float, before the router's weight; the view's code values, None without the MFCC view)."""
         u = (speech - self.white_mean) @ self.white_map if self.whiten else speech
-        floats, codes = [torch.nn.functional.normalize(u, dim=1)], [speech_code]
+        floats, codes = [torch.nn.functional.normalize(u, dim=1)], None
         if self.mfcc_bits:
             z = (downsampled_mfcc(waves, self.logmel) - self.mfcc_mean) / self.mfcc_scale
             floats.append(self.mfcc_weight * torch.nn.functional.normalize(z, dim=1))
-            codes.append(z @ self.mfcc_proj)
-        return torch.cat(floats, 1), torch.cat(codes, 1)
+            codes = z @ self.mfcc_proj
+        return torch.cat(floats, 1), codes
 
 
 def views_from_config(spec: dict[str, Any], speech_dim: int, speech_bits: int) -> SpeechViews:

@@ -87,14 +87,14 @@ def test_whitening_gives_unit_covariance_above_the_floor_and_damps_below() -> No
 
 def test_forward_is_the_documented_direct_sum() -> None:
     rng = np.random.default_rng(1)
-    speech, code = rng.standard_normal((5, 16)).astype(np.float32), rng.standard_normal((5, 16)).astype(np.float32)
+    speech = rng.standard_normal((5, 16)).astype(np.float32)
     waves = np.stack(_waves(5, 0.2, seed=13))
     fit_raw = rng.normal(0, 2, (50, MFCC_DIM)).astype(np.float32)
     views = fitted_views(rng.standard_normal((60, 16)).astype(np.float32), fit_raw, speech_bits=16, whiten_eps=0.1,
                          mfcc_bits=8, seed=3)
     with torch.inference_mode():
-        floats, values = views(torch.from_numpy(speech), torch.from_numpy(code), torch.from_numpy(waves))
-    assert floats.shape == (5, 16 + MFCC_DIM) and values.shape == (5, 16 + 8)
+        floats, values = views(torch.from_numpy(speech), torch.from_numpy(waves))
+    assert floats.shape == (5, 16 + MFCC_DIM) and values.shape == (5, 8)
     # the whitening fitted on the same draws (60 x 16) as fitted_views saw
     mean, mapping = views.white_mean.numpy(), views.white_map.numpy()
     u = (speech - mean) @ mapping
@@ -103,9 +103,11 @@ def test_forward_is_the_documented_direct_sum() -> None:
     w = math.sqrt(8 / 16)
     unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
     np.testing.assert_allclose(floats.numpy(), np.c_[unit(u), w * unit(z)], atol=1e-4)
-    # the code: the trained code values unchanged, then the signs' arguments of the seeded projection
-    np.testing.assert_array_equal(values[:, :16].numpy(), code)
-    np.testing.assert_allclose(values[:, 16:].numpy(), z @ random_projection(MFCC_DIM, 8, 3), rtol=1e-4, atol=1e-4)
+    # the view's code values: the signs' arguments of the seeded projection
+    np.testing.assert_allclose(values.numpy(), z @ random_projection(MFCC_DIM, 8, 3), rtol=1e-4, atol=1e-4)
+    # whitening alone has no code of its own
+    alone = fitted_views(rng.standard_normal((60, 16)).astype(np.float32), fit_raw, 16, 0.1, 0, 3)
+    assert alone(torch.from_numpy(speech), torch.from_numpy(waves))[1] is None
 
 
 def test_bad_bit_counts_are_refused() -> None:
@@ -131,7 +133,8 @@ def test_checkpoint_with_views_round_trips_and_fuses_as_documented(fused_dir: Pa
     plain = load_checkpoint_dir(fused_dir)
     viewed = load_checkpoint_dir(_with_views(fused_dir, tmp_path / "v"))
     assert viewed.views is not None and plain.views is None
-    assert (viewed.dim, viewed.bits) == (SPEECH_BITS + MFCC_DIM + SOUND_BITS, SPEECH_BITS + 16 + SOUND_BITS)
+    # the float grows by the MFCC view; the code keeps its length (the view's bits ride in the sounds half)
+    assert (viewed.dim, viewed.bits) == (SPEECH_BITS + MFCC_DIM + SOUND_BITS, SPEECH_BITS + SOUND_BITS)
     loud, quiet = _waves(3, 0.5, seed=4), _waves(2, 0.001, seed=5)
     emb = viewed.encode(loud + quiet)
     assert emb.floats.shape == (5, viewed.dim) and emb.codes.shape == (5, viewed.bits // 8)
@@ -142,15 +145,20 @@ def test_checkpoint_with_views_round_trips_and_fuses_as_documented(fused_dir: Pa
         stats = plain.sounds.features(torch.from_numpy(waves))
         sounds, sounds_code = plain.sounds.net.embed(stats)
         speech, speech_code = plain.speech.embed_tensor(plain._speech_waves(waves))
-        half, half_code = viewed.views(speech, speech_code, torch.from_numpy(waves))
-        floats, values = fuse(half, half_code, sounds, sounds_code, plain.router(stats[:, 0]))
-    np.testing.assert_allclose(emb.floats, floats.numpy(), atol=1e-5)
-    # Hamming code = sign of [speech code, MFCC projection | sounds code], filler -1 in the unrouted half
+        half, extra = viewed.views(speech, torch.from_numpy(waves))
+        p = plain.router(stats[:, 0]).numpy()
+    unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
+    expected = np.c_[np.sqrt(p)[:, None] * unit(half.numpy()), np.sqrt(1 - p)[:, None] * unit(sounds.numpy())]
+    np.testing.assert_allclose(emb.floats, expected, atol=1e-5)
+    # Hamming code, speech windows: [speech code | MFCC projection, then -1]; sound windows: [-1 | sounds code]
+    speech_window = np.c_[speech_code.numpy(), extra.numpy(), -np.ones((5, SOUND_BITS - 16))]
+    sound_window = np.c_[-np.ones((5, SPEECH_BITS)), sounds_code.numpy()]
+    values = np.where((p >= 0.5)[:, None], speech_window, sound_window)
     bits = np.unpackbits(emb.codes, axis=1, bitorder="little")
-    np.testing.assert_array_equal(bits, (values.numpy() > 0).astype(np.uint8))
-    speech_half = SPEECH_BITS + 16
-    assert not bits[:3, speech_half:].any() and bits[:3, SPEECH_BITS:speech_half].any()  # loud: MFCC bits present
-    assert not bits[3:, :speech_half].any()  # quiet: the whole speech half, MFCC bits included, is filler
+    np.testing.assert_array_equal(bits, (values > 0).astype(np.uint8))
+    assert (p[:3] >= 0.5).all() and (p[3:] < 0.5).all()
+    assert bits[:3, SPEECH_BITS:SPEECH_BITS + 16].any() and not bits[:3, SPEECH_BITS + 16:].any()  # loud: MFCC bits
+    assert not bits[3:, :SPEECH_BITS].any()  # quiet: the speech half is filler
     # the whitening only changes the float: the speech bits are the plain encoder's
     np.testing.assert_array_equal(bits[:3, :SPEECH_BITS],
                                   np.unpackbits(plain.encode(loud).codes, axis=1, bitorder="little")[:, :SPEECH_BITS])
@@ -159,7 +167,7 @@ def test_checkpoint_with_views_round_trips_and_fuses_as_documented(fused_dir: Pa
 def test_mfcc_view_alone_and_whitening_alone_load(fused_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     only_mfcc = load_checkpoint_dir(_with_views(fused_dir, tmp_path / "m", whiten_eps=None, mfcc_bits=8))
     only_white = load_checkpoint_dir(_with_views(fused_dir, tmp_path / "w", whiten_eps=0.3, mfcc_bits=0))
-    assert (only_mfcc.bits, only_white.bits) == (SPEECH_BITS + 8 + SOUND_BITS, SPEECH_BITS + SOUND_BITS)
+    assert only_mfcc.bits == only_white.bits == SPEECH_BITS + SOUND_BITS
     assert only_white.dim == SPEECH_BITS + SOUND_BITS and only_mfcc.dim == SPEECH_BITS + MFCC_DIM + SOUND_BITS
     assert only_white.encode(_waves(1, 0.5)).floats.shape == (1, only_white.dim)
 
@@ -187,6 +195,19 @@ def test_views_and_config_must_agree(fused_dir: Path, tmp_path: Path) -> None:  
     (wrong_bits / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="wrong shape"):
         load_checkpoint_dir(wrong_bits)
+
+
+def test_view_bits_must_fit_the_sounds_half(fused_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    with pytest.raises(CheckpointError, match="do not fit"):
+        load_checkpoint_dir(_with_views(fused_dir, tmp_path / "wide", mfcc_bits=SOUND_BITS + 8))
+
+
+def test_fuse_puts_extra_bits_at_the_start_of_a_speech_windows_sounds_half() -> None:
+    torch.manual_seed(2)
+    s, sc, t, tc, extra = torch.randn(2, 6), torch.randn(2, 6), torch.randn(2, 5), torch.randn(2, 5), torch.randn(2, 2)
+    _, codes = fuse(s, sc, t, tc, torch.tensor([0.9, 0.1]), extra)
+    assert torch.equal(codes[0], torch.cat([sc[0], extra[0], -torch.ones(3)]))
+    assert torch.equal(codes[1], torch.cat([-torch.ones(6), tc[1]]))
 
 
 def test_checkpoint_without_views_answers_as_fuse_of_its_branches(fused_dir: Path) -> None:  # noqa: F811
