@@ -1,0 +1,79 @@
+"""run_beside: two independent halves of a model call on two threads, errors never leaving work behind."""
+
+import threading
+import time
+
+import pytest
+
+from app.encoders.side_thread import run_beside
+
+
+def test_both_results_come_back_and_the_second_ran_on_the_side_thread():
+    here_thread = threading.current_thread().name
+    first, second = run_beside(lambda: ("here", threading.current_thread().name),
+                               lambda: ("beside", threading.current_thread().name))
+    assert first == ("here", here_thread)
+    assert second[0] == "beside" and second[1].startswith("model-side") and second[1] != here_thread
+
+
+def test_the_halves_overlap_in_time():
+    started = threading.Event()
+
+    def beside():
+        started.set()
+        time.sleep(0.2)
+        return "done"
+
+    # "here" waits for "beside" to have started: only possible if they run at the same time
+    first, second = run_beside(lambda: started.wait(5), beside)
+    assert first is True and second == "done"
+
+
+def test_an_error_here_waits_for_the_side_work_before_it_propagates():
+    finished = threading.Event()
+
+    def beside():
+        time.sleep(0.2)
+        finished.set()
+
+    def here():
+        raise ValueError("bad batch")
+
+    with pytest.raises(ValueError, match="bad batch"):
+        run_beside(here, beside)
+    assert finished.is_set()  # nothing still running that reads the failed batch's inputs
+
+
+def test_an_error_beside_propagates():
+    def beside():
+        raise RuntimeError("side failed")
+
+    with pytest.raises(RuntimeError, match="side failed"):
+        run_beside(lambda: 1, beside)
+
+
+def test_general_audio_gives_the_same_embeddings_with_and_without_the_side_thread(monkeypatch):
+    import numpy as np
+
+    from app.encoders import routed_fusion
+    from app.encoders.registry import discover
+
+    encoder = discover()["general-audio"].factory()
+    assert isinstance(encoder, routed_fusion.RoutedFusionEncoder)
+    rng = np.random.default_rng(3)
+    windows = [rng.standard_normal(16000).astype(np.float32) * 0.1 for _ in range(2)]
+    calls = []
+    monkeypatch.setattr(routed_fusion, "run_beside", lambda here, beside: _count(calls, here, beside))
+    beside = encoder.encode(windows)
+    assert calls, "two windows should take the side thread"
+    monkeypatch.setattr(routed_fusion, "SIDE_THREAD_MAX_WINDOWS", 0)
+    calls.clear()
+    alone = encoder.encode(windows)
+    assert not calls
+    np.testing.assert_array_equal(beside.floats, alone.floats)
+    np.testing.assert_array_equal(beside.codes, alone.codes)
+
+
+def _count(calls, here, beside):
+    calls.append(1)
+    return run_beside(here, beside)
