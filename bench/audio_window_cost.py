@@ -3,7 +3,8 @@
     python -m bench.audio_window_cost [--encoders general-audio@2,general-audio] [--repeats 5]
 
 Writes bench/results/audio_window_cost.json: milliseconds per window on one torch thread, for a
-single window (a query) and for batches of 32 (ingest), best of ``--repeats`` runs (the machine is
+single window (a query; all on the calling thread, and as served, with general-audio's two halves on
+two threads) and for batches of 32 (ingest), best of ``--repeats`` runs (the machine is
 shared, so the best run is the least disturbed one; the encoders take turns). Windows are speech-like (a harmonic tone with
 a syllable-rate envelope, so the router sends them to the speech half and the speech views run) and
 noise (sounds half); general-audio version 3's speech views run on every window either way.
@@ -60,11 +61,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     specs = discover()
+    from app.encoders import routed_fusion
+
     encoders = {name: create_encoder(name, specs) for name in args.encoders.split(",")}
-    single = [interleaved_best_ms(encoders, [w], args.repeats) for w in windows(2)]  # a speech-like and a noise window
+    served = routed_fusion.SIDE_THREAD_MAX_WINDOWS
+    single = {}
+    # "one thread": everything on the calling thread; "as served": a query's window runs the speech and
+    # sound halves on two threads (app/encoders/side_thread.py), as the service does
+    for mode, side in (("one_thread", 0), ("as_served", served)):
+        routed_fusion.SIDE_THREAD_MAX_WINDOWS = side
+        runs = [interleaved_best_ms(encoders, [w], args.repeats) for w in windows(2)]  # speech-like, noise
+        single[mode] = {name: min(r[name] for r in runs) for name in encoders}
+    routed_fusion.SIDE_THREAD_MAX_WINDOWS = served
     batch = interleaved_best_ms(encoders, windows(32), args.repeats)
     results = {name: {"version": e.version, "dim": e.dim, "bits": e.bits,
-                      "ms_per_window_batch_1": min(s[name] for s in single), "ms_per_window_batch_32": batch[name]}
+                      "ms_per_window_batch_1_one_thread": single["one_thread"][name],
+                      "ms_per_window_batch_1_as_served": single["as_served"][name],
+                      "ms_per_window_batch_32": batch[name]}
                for name, e in encoders.items()}
     for name, row in results.items():
         print(name, row, flush=True)

@@ -121,27 +121,30 @@ class RoutedFusionEncoder(Encoder):
 
     def embed_batch(self, waves: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(B, window) float32 at the service rate -> (floats, code values, p(speech)) tensors."""
-        def sounds_half() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        def sounds_half() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
             with torch.inference_mode():
-                stats = self.sounds.features(torch.from_numpy(waves).to(self.device))
+                audio = torch.from_numpy(waves).to(self.device)
+                stats = self.sounds.features(audio)
                 sounds, sounds_code = self.sounds.net.embed(stats)
-                return sounds, sounds_code, self.router(stats[:, 0])
+                # the speech views' MFCC needs only the audio: here it runs beside the speech BLSTM, the
+                # longer half (one window: 3.6 ms against 1.5 ms), instead of lengthening it
+                z = self.views.standardised_mfcc(audio) if self.views is not None else None
+                return sounds, sounds_code, self.router(stats[:, 0]), z
 
-        def speech_half() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        def speech_half() -> tuple[torch.Tensor, torch.Tensor]:
             with torch.inference_mode():
-                speech, speech_code = self.speech.embed_tensor(self._speech_waves(waves))
-                extra_code = None
-                if self.views is not None:  # fuse() normalises the speech half, so the views' weights hold
-                    speech, extra_code = self.views(speech, torch.from_numpy(waves).to(self.device))
-                return speech, speech_code, extra_code
+                return self.speech.embed_tensor(self._speech_waves(waves))
 
         # the halves are independent: a query's one or two windows run them on two cores at once
         # (app/encoders/side_thread.py); bigger batches keep the cores busy one half after the other
         if self.device == "cpu" and len(waves) <= SIDE_THREAD_MAX_WINDOWS:
-            (sounds, sounds_code, p), (speech, speech_code, extra_code) = run_beside(sounds_half, speech_half)
+            (sounds, sounds_code, p, z), (speech, speech_code) = run_beside(sounds_half, speech_half)
         else:
-            (sounds, sounds_code, p), (speech, speech_code, extra_code) = sounds_half(), speech_half()
+            (sounds, sounds_code, p, z), (speech, speech_code) = sounds_half(), speech_half()
         with torch.inference_mode():
+            extra_code = None
+            if self.views is not None:  # fuse() normalises the speech half, so the views' weights hold
+                speech, extra_code = self.views(speech, z)
             floats, codes = fuse(speech, speech_code, sounds, sounds_code, p, extra_code)
         return floats, codes, p
 

@@ -101,12 +101,20 @@ class SpeechViews(torch.nn.Module):
     def extra_dim(self) -> int:
         return MFCC_DIM if self.mfcc_bits else 0
 
-    def forward(self, speech: torch.Tensor, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def standardised_mfcc(self, waves: torch.Tensor) -> torch.Tensor | None:
+        """(B, samples) 16 kHz windows -> (B, 130) ``z``, or None without the MFCC view. It needs only the
+        audio, so the fused encoder runs it beside the speech BLSTM, in the shorter sounds half's thread."""
+        if not self.mfcc_bits:
+            return None
+        return (downsampled_mfcc(waves, self.logmel) - self.mfcc_mean) / self.mfcc_scale
+
+    def forward(self, speech: torch.Tensor, z: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(speech half float, before the router's weight; the view's code values, None without the MFCC view)."""
         u = (speech - self.white_mean) @ self.white_map if self.whiten else speech
         floats, codes = [torch.nn.functional.normalize(u, dim=1)], None
         if self.mfcc_bits:
-            z = (downsampled_mfcc(waves, self.logmel) - self.mfcc_mean) / self.mfcc_scale
+            if z is None:
+                raise ValueError("the MFCC view needs standardised_mfcc(waves)")
             floats.append(self.mfcc_weight * torch.nn.functional.normalize(z, dim=1))
             codes = z @ self.mfcc_proj
         return torch.cat(floats, 1), codes

@@ -93,7 +93,7 @@ def test_forward_is_the_documented_direct_sum() -> None:
     views = fitted_views(rng.standard_normal((60, 16)).astype(np.float32), fit_raw, speech_bits=16, whiten_eps=0.1,
                          mfcc_bits=8, seed=3)
     with torch.inference_mode():
-        floats, values = views(torch.from_numpy(speech), torch.from_numpy(waves))
+        floats, values = views(torch.from_numpy(speech), views.standardised_mfcc(torch.from_numpy(waves)))
     assert floats.shape == (5, 16 + MFCC_DIM) and values.shape == (5, 8)
     # the whitening fitted on the same draws (60 x 16) as fitted_views saw
     mean, mapping = views.white_mean.numpy(), views.white_map.numpy()
@@ -107,7 +107,9 @@ def test_forward_is_the_documented_direct_sum() -> None:
     np.testing.assert_allclose(values.numpy(), z @ random_projection(MFCC_DIM, 8, 3), rtol=1e-4, atol=1e-4)
     # whitening alone has no code of its own
     alone = fitted_views(rng.standard_normal((60, 16)).astype(np.float32), fit_raw, 16, 0.1, 0, 3)
-    assert alone(torch.from_numpy(speech), torch.from_numpy(waves))[1] is None
+    assert alone.standardised_mfcc(torch.from_numpy(waves)) is None and alone(torch.from_numpy(speech), None)[1] is None
+    with pytest.raises(ValueError, match="standardised_mfcc"):
+        views(torch.from_numpy(speech), None)
 
 
 def test_bad_bit_counts_are_refused() -> None:
@@ -145,7 +147,7 @@ def test_checkpoint_with_views_round_trips_and_fuses_as_documented(fused_dir: Pa
         stats = plain.sounds.features(torch.from_numpy(waves))
         sounds, sounds_code = plain.sounds.net.embed(stats)
         speech, speech_code = plain.speech.embed_tensor(plain._speech_waves(waves))
-        half, extra = viewed.views(speech, torch.from_numpy(waves))
+        half, extra = viewed.views(speech, viewed.views.standardised_mfcc(torch.from_numpy(waves)))
         p = plain.router(stats[:, 0]).numpy()
     unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
     expected = np.c_[np.sqrt(p)[:, None] * unit(half.numpy()), np.sqrt(1 - p)[:, None] * unit(sounds.numpy())]
@@ -159,6 +161,10 @@ def test_checkpoint_with_views_round_trips_and_fuses_as_documented(fused_dir: Pa
     assert (p[:3] >= 0.5).all() and (p[3:] < 0.5).all()
     assert bits[:3, SPEECH_BITS:SPEECH_BITS + 16].any() and not bits[:3, SPEECH_BITS + 16:].any()  # loud: MFCC bits
     assert not bits[3:, :SPEECH_BITS].any()  # quiet: the speech half is filler
+    # one window (the two-thread query path) gives what it gives inside a batch
+    one = viewed.encode(loud[:1])
+    np.testing.assert_allclose(one.floats[0], emb.floats[0], atol=1e-5)
+    np.testing.assert_array_equal(one.codes[0], emb.codes[0])
     # the whitening only changes the float: the speech bits are the plain encoder's
     np.testing.assert_array_equal(bits[:3, :SPEECH_BITS],
                                   np.unpackbits(plain.encode(loud).codes, axis=1, bitorder="little")[:, :SPEECH_BITS])
