@@ -101,7 +101,8 @@ def build(data_dir: Path, audio_encoder: str, image_encoder: str, n_audio: int, 
     floats, codes = _tile(emb.floats, emb.codes, n_audio, rng)
     catalog.create_collection(Collection(
         name=AUDIO_COLLECTION, modality="audio", encoder=enc.name, index_kinds=("binary", "float"), dim=enc.dim,
-        bits=enc.bits, window_s=window_s, hop_s=hop_s, keep_media=False, description="bench", created_at=time.time()))
+        bits=enc.bits, window_s=window_s, hop_s=hop_s, keep_media=False, description="bench", created_at=time.time(),
+        encoder_version=enc.version))
     _write(catalog, AUDIO_COLLECTION, floats, codes, np.asarray([[0.0, 1.0]]), "c")
 
     if n_images:
@@ -111,7 +112,8 @@ def build(data_dir: Path, audio_encoder: str, image_encoder: str, n_audio: int, 
         floats, codes = _tile(emb.floats, emb.codes, n_images, rng)
         catalog.create_collection(Collection(
             name=IMAGE_COLLECTION, modality="image", encoder=img.name, index_kinds=("binary", "float"), dim=img.dim,
-            bits=img.bits, window_s=None, hop_s=None, keep_media=False, description="bench", created_at=time.time()))
+            bits=img.bits, window_s=None, hop_s=None, keep_media=False, description="bench", created_at=time.time(),
+            encoder_version=img.version))
         _write(catalog, IMAGE_COLLECTION, floats, codes, np.zeros((1, 2)), "t")
     catalog.close()
     info.update(audio_encoder=enc.name, image_encoder=image_encoder, audio_windows=n_audio, images=n_images, real_audio_clips=n_real)

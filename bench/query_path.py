@@ -248,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="py-spy flame graphs of a one-client WAV phase")
     parser.add_argument("--quick", action="store_true", help="fewer requests per phase")
     parser.add_argument("--skip", default="", help="comma-separated phases to skip: audio,formats,text,ingest")
+    parser.add_argument("--audio-encoder", help="registry key of the corpus's audio encoder, e.g. general-audio@2 "
+                        "(default: the service's default); the collection records its version, so a --baseline tree "
+                        "that knows that version answers with the same checkpoint")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "recall-bench-corpus")
     parser.add_argument("--out", type=Path, default=RESULTS / "query_path.json")
     args = parser.parse_args(argv)
@@ -256,11 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     from app.settings import Settings
 
     encoders = Settings().encoders  # the service's defaults (RECALL_ENCODERS__* honoured), never hard-coded
+    audio_encoder = args.audio_encoder or encoders.default_audio
     result: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_before": _load(),
                     "note": "2 cores shared with other jobs: see load_* and machine_busy_fraction; compare "
                             "variants only within this file (one run, same corpus, servers one after another)"},
-        "encoders": {"audio": encoders.default_audio, "image": encoders.default_image},
+        "encoders": {"audio": audio_encoder, "image": encoders.default_image},
         "query": "1-second clips of synthetic speech-like audio (not in the corpus), k=10, mode two_stage; "
                  "text queries: distinct generated captions, k=10",
         "runs": {},
@@ -281,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         servers = {}
         for label, tree, plain in variants:
             data = tmp_path / f"data-{label}"
-            result["corpus"] = corpus.prepared(args.cache, encoders.default_audio, encoders.default_image,
+            result["corpus"] = corpus.prepared(args.cache, audio_encoder, encoders.default_image,
                                                args.windows, 0 if "text" in skip else args.images, data)
             servers[label] = Server(tree, data, label, plain_stack=plain)
         reqs = _phase_requests(corpus.AUDIO_COLLECTION, files)
@@ -297,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                 row = asyncio.run(_run_phases(server, reqs, text_reqs, stage1, args.quick, skip, profile))
                 if "ingest" not in skip:
                     row["ingest_under_search"] = asyncio.run(
-                        _ingest_under_search(server, reqs["wav16k"], recording, 600.0, encoders.default_audio))
+                        _ingest_under_search(server, reqs["wav16k"], recording, 600.0, audio_encoder))
                 row["load_after"] = _load()
                 result["runs"][label] = row
                 print(json.dumps({label: {k: v for k, v in row.items() if k != "profile_run"}}, indent=1), flush=True)
