@@ -1,6 +1,7 @@
 """Training-free views added to the speech half of a ``routed-fusion`` encoder (general-audio version 3).
 
-Why: the trained speech branch and the Levin-style downsampled MFCC (app/eval/audio_baselines.py)
+Why: the trained speech branch and the Levin-style downsampled MFCC (app/encoders/levin_mfcc.py, the
+baseline's numerics)
 make different errors on English digits by unseen speakers, so a weighted direct sum of the two
 finds more than either; and the branch's float embedding has a few dominant directions (speaker,
 level) that a regularised whitening damps. Neither needs training: all they hold is statistics of
@@ -32,51 +33,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from app.eval.audio_baselines import N_CEPS, N_MELS, SEGMENTS, VOICED_FLOOR_DB, dct_ii, segment_means, voiced_span
+from app.encoders.levin_mfcc import MFCC_DIM, N_MELS, SAMPLE_RATE as MFCC_RATE, downsampled_mfcc
 from app.features.logmel import LogMel
 
-MFCC_RATE = 16000
-MFCC_DIM = N_CEPS * SEGMENTS  # 130
 PREFIX = "views."
-_DCT = dct_ii(N_MELS, N_CEPS)
-
-
-def levin_mfcc_frames(frames: np.ndarray) -> np.ndarray:
-    """(T, 40) natural-log mel frames of one window -> (130,) downsampled MFCC, exactly as the baseline
-    computes it before its per-set standardisation (the same three functions)."""
-    cepstra = voiced_span(frames) @ dct_ii(N_MELS, N_CEPS).T
-    return segment_means(cepstra - cepstra.mean(axis=0), SEGMENTS).ravel()
-
-
-def levin_mfcc_batch(frames: np.ndarray) -> np.ndarray:
-    """(B, T, 40) -> (B, 130): ``levin_mfcc_frames`` of every window at once (what a query pays for matters:
-    a Python loop over windows cost 0.46 ms each, this under a tenth of that). Each window's voiced span
-    and its ten near-equal segments (numpy.array_split's sizes) become index ranges into running sums."""
-    b, t, _ = frames.shape
-    rows = np.arange(b)
-    cepstra = frames.astype(np.float64) @ _DCT.T.astype(np.float64)  # (B, T, 13)
-    loudness = frames.max(axis=2)
-    keep = loudness > loudness.max(axis=1, keepdims=True) - VOICED_FLOOR_DB / 10.0 * np.log(10.0)
-    voiced = keep.sum(axis=1) >= 2  # else the whole window, as voiced_span does
-    start = np.where(voiced, keep.argmax(axis=1), 0)
-    stop = np.where(voiced, t - keep[:, ::-1].argmax(axis=1), t)
-    length = stop - start
-    sums = np.concatenate([np.zeros((b, 1, N_CEPS)), np.cumsum(cepstra, axis=1)], axis=1)  # sums[:, i] = frames < i
-    span_mean = (sums[rows, stop] - sums[rows, start]) / length[:, None]
-    sizes = length[:, None] // SEGMENTS + (np.arange(SEGMENTS)[None] < (length % SEGMENTS)[:, None])
-    seg_start = start[:, None] + np.cumsum(sizes, axis=1) - sizes
-    seg_sum = sums[rows[:, None], seg_start + sizes] - sums[rows[:, None], seg_start]
-    means = seg_sum / np.maximum(sizes, 1)[..., None]
-    # an empty segment (a span under 10 frames) repeats the span's last frame, as segment_means does
-    means = np.where(sizes[..., None] > 0, means, cepstra[rows, stop - 1][:, None, :])
-    return (means - span_mean[:, None, :]).reshape(b, MFCC_DIM).astype(np.float32)
-
-
-def downsampled_mfcc(waves: torch.Tensor, logmel: LogMel | None = None) -> torch.Tensor:
-    """(B, samples) 16 kHz windows -> (B, 130) raw downsampled MFCCs."""
-    logmel = logmel or LogMel(MFCC_RATE, n_mels=N_MELS)
-    frames = logmel(waves).float().cpu().numpy()
-    return torch.from_numpy(levin_mfcc_batch(frames)).to(waves.device)
 
 
 class SpeechViews(torch.nn.Module):

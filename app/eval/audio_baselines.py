@@ -20,35 +20,12 @@ import numpy as np
 import torch
 
 from app.encoders.audio_nets import fit_to_window
+# the per-window numerics live with the encoder that reuses them (general-audio's MFCC view)
+from app.encoders.levin_mfcc import (N_CEPS, N_MELS, SEGMENTS, VOICED_FLOOR_DB, dct_ii,  # noqa: F401 (re-exported)
+                                     segment_means, voiced_span)
 from app.features.logmel import LogMel
 
 SAMPLE_RATE = 16000
-N_MELS = 40
-N_CEPS = 13
-SEGMENTS = 10
-VOICED_FLOOR_DB = 30.0
-
-
-def dct_ii(n_in: int, n_out: int) -> np.ndarray:
-    """(n_out, n_in) orthonormal DCT-II rows: cepstra = log-mel @ dct_ii(...).T (the k = 0 row scaled as scipy's 'ortho')."""
-    k = np.arange(n_out)[:, None]
-    n = np.arange(n_in)[None, :]
-    basis = np.cos(np.pi * k * (2 * n + 1) / (2 * n_in)) * np.sqrt(2.0 / n_in)
-    basis[0] /= np.sqrt(2.0)
-    return basis.astype(np.float32)
-
-
-def voiced_span(frames: np.ndarray, floor_db: float = VOICED_FLOOR_DB) -> np.ndarray:
-    """The frames from the first to the last whose loudest natural-log mel band is within ``floor_db`` of the peak."""
-    loudness = frames.max(axis=1)
-    keep = np.flatnonzero(loudness > loudness.max() - floor_db / 10.0 * np.log(10.0))
-    return frames[keep[0]: keep[-1] + 1] if len(keep) >= 2 else frames
-
-
-def segment_means(frames: np.ndarray, segments: int) -> np.ndarray:
-    """(segments, d): the mean of each of ``segments`` near-equal runs of frames (the last frame repeats if too few)."""
-    parts = np.array_split(np.arange(len(frames)), segments)
-    return np.stack([frames[p].mean(axis=0) if len(p) else frames[-1] for p in parts])
 
 
 def _standardise(x: np.ndarray) -> np.ndarray:

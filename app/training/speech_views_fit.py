@@ -21,7 +21,8 @@ import torch
 
 from app.encoders.audio_nets import fit_to_window
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
-from app.encoders.speech_views import MFCC_DIM, N_MELS, PREFIX, downsampled_mfcc, fitted_views
+from app.encoders.levin_mfcc import MFCC_DIM, N_MELS, downsampled_mfcc
+from app.encoders.speech_views import PREFIX, fitted_views
 from app.features.logmel import LogMel
 
 ASC_SAMPLE = 600
