@@ -320,6 +320,13 @@ def fit_views(data: Path, args: argparse.Namespace) -> int:
                             "note": "minutes on CPU: no network is trained, the statistics are fitted on training-side windows"}}
     if args.description:
         update["description"] = args.description
+    else:  # the source's description, plus what the views add
+        from app.encoders.checkpoint import read_config
+
+        views = " and ".join(part for part, on in (("the speech float whitened", args.whiten_eps is not None),
+                                                   (f"a downsampled-MFCC view with {args.mfcc_bits} bits", args.mfcc_bits)) if on)
+        update["description"] = (read_config(args.views_from).get("description", "").rstrip(".")
+                                 + f"; plus training-free speech views: {views}")
     out = fit_views_checkpoint(data, Path(args.views_from), Path(args.out), args.whiten_eps, args.mfcc_bits, args.seed, update)
     print(f"speech views (whiten eps {args.whiten_eps}, {args.mfcc_bits} MFCC bits) fitted -> {out}")
     return 0

@@ -56,6 +56,7 @@ def test_cli_fits_views_and_writes_a_strict_checkpoint(data: Path, fused_dir: Pa
     assert config["version"] == "3" and config["speech_views"]["mfcc_bits"] == 16
     assert config["speech_views"]["from"]["version"] == read_config(fused_dir)["version"]
     assert config["reproduce"]["train"].startswith("recall train general-audio --data")
+    assert config["description"].endswith("the speech float whitened and a downsampled-MFCC view with 16 bits")
     encoder = load_checkpoint_dir(out)
     assert encoder.bits == load_checkpoint_dir(fused_dir).bits and encoder.views.mfcc_bits == 16
     # the router is the source's, the views' statistics are those of the training windows, by hand
