@@ -77,7 +77,7 @@ class Server:
                 (hide / module).mkdir(parents=True, exist_ok=True)
                 (hide / module / "__init__.py").write_text("raise ImportError('hidden by bench.query_path')\n")
             path.insert(0, str(hide))
-        self.stack = "asyncio + h11" if plain_stack else "uvloop + httptools when installed"
+        self.stack = "asyncio + h11" if plain_stack else _installed_stack()
         self.env = {**os.environ, "RECALL_DEMO": "0", "RECALL_HOST": "127.0.0.1", "RECALL_LOG_LEVEL": "warning",
                     "RECALL_LIMITS__MAX_UPLOAD_BYTES": str(1 << 30), "HF_HUB_OFFLINE": "1",
                     "PYTHONPATH": os.pathsep.join(path)}
@@ -113,6 +113,15 @@ class Server:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+def _installed_stack() -> str:
+    """What uvicorn picks here: uvloop and httptools when importable (uvicorn's "auto"), else asyncio and h11."""
+    import importlib.util
+
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    return f"{loop} + {http}"
 
 
 def _export_tree(rev: str, dest: Path) -> str:
