@@ -41,13 +41,13 @@ from app.encoders._trained_audio import take_audio_config
 from app.encoders.audio_nets import fit_to_window
 from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
-from app.encoders.side_thread import run_beside
+from app.encoders.side_thread import run_beside, spare_core
 from app.encoders.speech_views import PREFIX as VIEWS_PREFIX, SpeechViews, views_from_config
 
 FAMILY = "routed-fusion"
 BRANCHES = ("speech", "sounds")
 ENCODE_CHUNK = 64
-SIDE_THREAD_MAX_WINDOWS = 2  # batches up to this size run their two halves on two threads
+SIDE_THREAD_MAX_WINDOWS = 2  # batches up to this size run their two halves on two threads, if no other request is in flight
 
 
 class Router(torch.nn.Module):
@@ -137,7 +137,7 @@ class RoutedFusionEncoder(Encoder):
 
         # the halves are independent: a query's one or two windows run them on two cores at once
         # (app/encoders/side_thread.py); bigger batches keep the cores busy one half after the other
-        if self.device == "cpu" and len(waves) <= SIDE_THREAD_MAX_WINDOWS:
+        if self.device == "cpu" and len(waves) <= SIDE_THREAD_MAX_WINDOWS and spare_core():
             (sounds, sounds_code, p, z), (speech, speech_code) = run_beside(sounds_half, speech_half)
         else:
             (sounds, sounds_code, p, z), (speech, speech_code) = sounds_half(), speech_half()

@@ -9,19 +9,45 @@ queries) already keep every core busy and run their parts one after the other.
 
 The side thread inherits torch's process-wide thread count (one for query batches), so it never
 starts an OpenMP team of its own beside the caller's.
+
+Only a lone request gets the second core (:func:`spare_core`): with several queries in flight the
+other core has their HTTP, decoding and search to do, and two threads per query kept the batches
+small. Interleaved rounds on the 2-core machine (bench/results/query_path.md): at 16 clients
+the side thread on every small batch gave 111-118 q/s against 126-135 without it, while at one
+client it took the p50 from 18 to 11-16 ms.
 """
 
 from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Callable, TypeVar
+from contextlib import contextmanager
+from typing import Callable, Iterator, TypeVar
 
 A = TypeVar("A")
 B = TypeVar("B")
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
+_in_flight = 0  # requests being served now (see in_flight); read from model threads, one int
+
+
+@contextmanager
+def in_flight() -> Iterator[None]:
+    """Count a request as being served while the block runs (the service's searches use it)."""
+    global _in_flight
+    with _lock:
+        _in_flight += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _in_flight -= 1
+
+
+def spare_core() -> bool:
+    """True unless another request is being served beside the current one (then its work has the other core)."""
+    return _in_flight <= 1
 
 
 def _side_executor() -> ThreadPoolExecutor:

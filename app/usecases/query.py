@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from app.encoders.side_thread import in_flight
 from app.errors import InvalidInput
 from app.features.windows import cut_windows
 from app.media.audio import decode_audio, uses_fast_path
@@ -111,6 +112,14 @@ async def _decode_query(services: Services, modality: str, upload: Upload, sampl
 
 async def run_search(
     services: Services, name: str, params: SearchParams, upload: Upload | None, announcement: Announcement | None = None,
+) -> dict[str, Any]:
+    # a lone search may run its model's independent halves on both cores (app/encoders/side_thread.py)
+    with in_flight():
+        return await _run_search(services, name, params, upload, announcement)
+
+
+async def _run_search(
+    services: Services, name: str, params: SearchParams, upload: Upload | None, announcement: Announcement | None,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     state = services.state(name)

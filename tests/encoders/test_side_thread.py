@@ -77,3 +77,37 @@ def test_general_audio_gives_the_same_embeddings_with_and_without_the_side_threa
 def _count(calls, here, beside):
     calls.append(1)
     return run_beside(here, beside)
+
+
+def test_the_second_core_is_spare_only_while_at_most_one_request_is_in_flight():
+    from app.encoders.side_thread import in_flight, spare_core
+
+    assert spare_core()
+    with in_flight():
+        assert spare_core()  # the lone request itself
+        with in_flight():
+            assert not spare_core()  # another request's work needs the other core
+        assert spare_core()
+    with pytest.raises(RuntimeError):
+        with in_flight():
+            raise RuntimeError("a failed request still leaves the count")
+    assert spare_core()
+
+
+def test_general_audio_keeps_to_one_thread_while_other_requests_are_in_flight(monkeypatch):
+    import numpy as np
+
+    from app.encoders import routed_fusion
+    from app.encoders.registry import discover
+    from app.encoders.side_thread import in_flight
+
+    encoder = discover()["general-audio"].factory()
+    calls = []
+    monkeypatch.setattr(routed_fusion, "run_beside", lambda here, beside: _count(calls, here, beside))
+    window = [np.zeros(16000, np.float32)]
+    with in_flight(), in_flight():
+        encoder.encode(window)
+    assert not calls
+    with in_flight():
+        encoder.encode(window)
+    assert calls
