@@ -178,29 +178,23 @@ def test_mfcc_view_alone_and_whitening_alone_load(fused_dir: Path, tmp_path: Pat
     assert only_white.encode(_waves(1, 0.5)).floats.shape == (1, only_white.dim)
 
 
+def _refused(source: Path, dest: Path, config: dict, match: str) -> None:
+    """A copy of ``source`` with ``config`` as its config.json must not load."""
+    shutil.copytree(source, dest)
+    (dest / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=match):
+        load_checkpoint_dir(dest)
+
+
 def test_views_and_config_must_agree(fused_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     viewed = _with_views(fused_dir, tmp_path / "v")
-    no_config = tmp_path / "no-config"
-    shutil.copytree(viewed, no_config)
-    config = read_config(no_config)
+    config = read_config(viewed)
     del config["speech_views"]
-    (no_config / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="no speech_views"):
-        load_checkpoint_dir(no_config)
-
-    no_weights = tmp_path / "no-weights"
-    shutil.copytree(fused_dir, no_weights)
-    config = {**read_config(fused_dir), "speech_views": {"whiten_eps": 0.2, "mfcc_bits": 16}}
-    (no_weights / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="speech_views"):
-        load_checkpoint_dir(no_weights)
-
-    wrong_bits = tmp_path / "wrong-bits"
-    shutil.copytree(viewed, wrong_bits)
-    config = {**read_config(viewed), "speech_views": {"whiten_eps": 0.2, "mfcc_bits": 24}}
-    (wrong_bits / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="wrong shape"):
-        load_checkpoint_dir(wrong_bits)
+    _refused(viewed, tmp_path / "no-config", config, "no speech_views")
+    _refused(fused_dir, tmp_path / "no-weights",
+             {**read_config(fused_dir), "speech_views": {"whiten_eps": 0.2, "mfcc_bits": 16}}, "speech_views")
+    _refused(viewed, tmp_path / "wrong-bits",
+             {**read_config(viewed), "speech_views": {"whiten_eps": 0.2, "mfcc_bits": 24}}, "wrong shape")
 
 
 def test_view_bits_must_fit_the_sounds_half(fused_dir: Path, tmp_path: Path) -> None:  # noqa: F811
