@@ -134,9 +134,13 @@ def _search_here(
         depth = min(total, depth * 4)
 
 
+def _wanted(query: Query, options: SearchOptions) -> int:
+    """Items a round must find: k, plus the query's own item when it is excluded from the answer."""
+    return options.k + (1 if query.exclude_item else 0)
+
+
 def _first_depth(query: Query, options: SearchOptions, total: int) -> int:
-    want = options.k + (1 if query.exclude_item else 0)
-    return min(total, max(want * 4, 32))
+    return min(total, max(_wanted(query, options) * 4, 32))
 
 
 def _map_top(collection: Collection, query: Query, options: SearchOptions, depth: int) -> int:
@@ -150,7 +154,7 @@ def _map_top(collection: Collection, query: Query, options: SearchOptions, depth
     """
     if collection.modality != "image" or options.filter or options.max_distance is not None:
         return depth
-    return min(depth, options.k + (1 if query.exclude_item else 0))
+    return min(depth, _wanted(query, options))
 
 
 def _scanned_bytes(index: CollectionIndex, mode: str) -> int:
