@@ -18,6 +18,7 @@ See :mod:`app.index.base` for the interface.
 """
 
 from app.index._hamming_kernels import warm_up as _warm_up_shared
+from app.index._hamming_select import warm_up as _warm_up_select
 from app.index._hamming_single import warm_up as _warm_up_single
 from app.index.base import PAD_ID, DuplicateIdError, SnapshotError, VectorIndex
 from app.index.binary_index import HAMMING_PAD, BinaryIndex
@@ -25,9 +26,10 @@ from app.index.float_index import FloatIndex, cosine_distance
 
 
 def warm_up_hamming_kernels() -> None:
-    """Compile (or load from numba's cache) the shared-scan and one-query kernels."""
+    """Compile (or load from numba's cache) the shared-scan, one-query and counting kernels."""
     _warm_up_shared()
     _warm_up_single()
+    _warm_up_select()
 
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""One query with a large k (a two-stage shortlist) takes FAISS' heap and stays exact."""
+"""One query with a large k (a two-stage shortlist) leaves the one-query kernel and stays exact."""
 
 from __future__ import annotations
 
