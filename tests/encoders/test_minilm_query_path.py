@@ -58,3 +58,26 @@ def test_the_lean_forward_refuses_a_model_it_does_not_implement(features: MiniLM
             LeanMiniLM(model)
     finally:
         bert.config.hidden_act = saved
+
+
+def test_a_lone_query_splits_each_layer_over_two_threads_with_the_same_vectors(
+    features: MiniLMFeatures, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import app.encoders.minilm_lean as lean_module
+
+    features(["warm up"])  # builds the lean forward
+    lean = features._lean
+    calls = []
+    real_run_beside = lean_module.run_beside
+    monkeypatch.setattr(lean_module, "run_beside", lambda here, beside: calls.append(1) or real_run_beside(here, beside))
+
+    monkeypatch.setattr(lean_module, "spare_core", lambda: True)  # nothing else in flight
+    split = lean(SENTENCES).numpy()
+    assert len(calls) == 2 * len(lean.layers)  # attention and feed-forward of every layer, on two threads
+
+    monkeypatch.setattr(lean_module, "spare_core", lambda: False)  # other searches in flight
+    whole = lean(SENTENCES).numpy()
+    assert len(calls) == 2 * len(lean.layers)  # the whole products, on the calling thread only
+
+    np.testing.assert_allclose(split, whole, atol=1e-6)
+    np.testing.assert_allclose(whole, _reference(features, SENTENCES), atol=1e-5)
