@@ -7,7 +7,9 @@ rounds is what the report compares.
 
 Each variant is a source tree (a git revision, exported like ``bench.query_path --baseline``, or a
 directory) served by ``recall serve`` on a copy of one cached corpus; each round measures 1, 4 and 16
-closed-loop clients sending 1-second WAV queries for ``--seconds`` each.
+closed-loop clients sending 1-second WAV queries for ``--seconds`` each, and with ``--text`` one client
+of text-to-image queries (re-rank R = 100; every server starts with an empty text cache, and no
+sentence repeats within a round).
 
     python -m bench.query_path_ab --variant before=dbf9c42:plain --variant after=. --rounds 3 \\
         --audio-encoder general-audio@2
@@ -30,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import query_corpus as corpus
-from bench.query_path import RESULTS, ROOT, Server, _export_tree, _load, _phase_requests, _query_files, measured
-from bench.load import run_load
+from bench.query_path import RESULTS, ROOT, Server, _export_tree, _load, _phase_requests, _query_files, _texts, measured
+from bench.load import json_request, run_load
 
 CONCURRENCY = (1, 4, 16)
 KEYS = ("p50_ms", "p99_ms", "queries_per_s", "server_cpu_ms_per_query", "machine_busy_fraction")
@@ -46,18 +48,27 @@ def parse_variant(text: str) -> tuple[str, str, bool]:
     return name, source[: -len(":plain")] if plain else source, plain
 
 
+TEXT = "text_R100"  # the phase name of --text's one-client text queries
+
+
 def medians(rounds: list[dict[str, Any]], variant: str) -> dict[str, dict[str, float]]:
-    """Per concurrency, the median of each measure over the rounds of one variant."""
+    """Per phase (each concurrency, and the text phase where measured), the median of each measure
+    over the rounds of one variant."""
     rows = [r for r in rounds if r["variant"] == variant]
-    return {str(c): {k: statistics.median(r[str(c)][k] for r in rows) for k in KEYS} for c in CONCURRENCY}
+    phases = [str(c) for c in CONCURRENCY] + ([TEXT] if rows and all(TEXT in r for r in rows) else [])
+    return {phase: {k: statistics.median(r[phase][k] for r in rows) for k in KEYS} for phase in phases}
 
 
-async def _one_round(server: Server, requests: list, seconds: float) -> dict[str, Any]:
+async def _one_round(server: Server, requests: list, seconds: float, texts: list) -> dict[str, Any]:
     await run_load(server.url, requests, 1, 30, 30, kind="raw")  # warm-up
     out = {}
     for c in CONCURRENCY:
         row = await measured(server, requests, c, 1_000_000, seconds)  # bounded by time, not count
         out[str(c)] = {k: row[k] for k in KEYS}
+    if texts:
+        await run_load(server.url, texts[:10], 1, 10, 30, kind="raw")  # loads MiniLM; these sentences are not measured
+        row = await measured(server, texts[10:], 1, len(texts) - 10, seconds)
+        out[TEXT] = {k: row[k] for k in KEYS}
     return out
 
 
@@ -68,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0, help="per concurrency level and round")
     parser.add_argument("--audio-encoder", help="registry key of the corpus's audio encoder (default: the service's)")
     parser.add_argument("--windows", type=int, default=100_000)
-    parser.add_argument("--images", type=int, default=100_000, help="the image collection of the cached corpus (unused here)")
+    parser.add_argument("--images", type=int, default=100_000, help="images in the cached corpus (searched with --text)")
+    parser.add_argument("--text", action="store_true", help="also one client of text-to-image queries, re-rank R = 100")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "recall-bench-corpus")
     parser.add_argument("--out", type=Path, default=RESULTS / "query_path_ab.json")
     args = parser.parse_args(argv)
@@ -78,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     encoders = Settings().encoders
     audio_encoder = args.audio_encoder or encoders.default_audio
     requests = _phase_requests(corpus.AUDIO_COLLECTION, _query_files())["wav16k"]
+    text_path = f"/v1/collections/{corpus.IMAGE_COLLECTION}/search"
+    texts = [json_request(text_path, {"text": t, "k": 10, "rerank": True, "rerank_top": 100})
+             for t in _texts(400)] if args.text else []
     result: dict[str, Any] = {"audio_encoder": audio_encoder, "windows": args.windows, "load_before": _load(),
                               "variants": {}, "rounds": []}
     with tempfile.TemporaryDirectory(prefix="recall-qpab-") as tmp:
@@ -101,12 +116,12 @@ def main(argv: list[str] | None = None) -> int:
                 server = Server(tree, data, name, plain_stack=plain)
                 server.start()
                 try:
-                    row = asyncio.run(_one_round(server, requests, args.seconds))
+                    row = asyncio.run(_one_round(server, requests, args.seconds, texts))
                 finally:
                     server.stop()
                 result["rounds"].append({"round": round_number, "variant": name, "at": time.time(), **row})
                 print(round_number, name, " | ".join(
-                    f"{c} clients: p50 {v['p50_ms']:.1f} ms, {v['queries_per_s']:.1f} q/s" for c, v in row.items()), flush=True)
+                    f"{c}: p50 {v['p50_ms']:.1f} ms, {v['queries_per_s']:.1f} q/s" for c, v in row.items()), flush=True)
     result["medians"] = {name: medians(result["rounds"], name) for name in trees}
     result["head"] = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
     args.out.parent.mkdir(parents=True, exist_ok=True)

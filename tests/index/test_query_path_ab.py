@@ -27,3 +27,11 @@ def test_medians_take_each_variant_over_its_own_rounds_only():
     assert a["1"]["queries_per_s"] == 20 and a["16"]["queries_per_s"] == 320  # median of 10, 20, 30 (x clients)
     assert a["4"]["p50_ms"] == 5 + 4
     assert b["1"]["queries_per_s"] == 200  # two rounds: the mean of the middle pair
+
+
+def test_medians_include_the_text_phase_only_when_every_round_measured_it():
+    from bench.query_path_ab import TEXT
+
+    with_text = [{**_round("a", 10, 5), TEXT: {**{k: 0.0 for k in KEYS}, "p50_ms": p50}} for p50 in (20.0, 30.0, 25.0)]
+    assert medians(with_text, "a")[TEXT]["p50_ms"] == 25.0
+    assert TEXT not in medians(with_text[:2] + [_round("a", 10, 5)], "a")  # one round without it: no text median
