@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from app.encoders.side_thread import set_model_threads
+
 
 def configure_torch(threads: int) -> None:
     """Thread count for CPU work, and full float32 arithmetic on GPUs.
@@ -16,6 +18,7 @@ def configure_torch(threads: int) -> None:
     was inside the run-to-run noise (bench/results/device_parity*.json).
     """
     torch.set_num_threads(threads)
+    set_model_threads(threads)  # a lone query's two halves on two threads only if the budget has two
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     limit_numpy_blas()

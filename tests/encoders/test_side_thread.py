@@ -1,5 +1,6 @@
 """run_beside: two independent halves of a model call on two threads, errors never leaving work behind."""
 
+import os
 import threading
 import time
 
@@ -52,7 +53,7 @@ def test_an_error_beside_propagates():
         run_beside(lambda: 1, beside)
 
 
-def test_general_audio_gives_the_same_embeddings_with_and_without_the_side_thread(monkeypatch):
+def test_general_audio_gives_the_same_embeddings_with_and_without_the_side_thread(two_cores, monkeypatch):
     import numpy as np
 
     from app.encoders import routed_fusion
@@ -79,7 +80,16 @@ def _count(calls, here, beside):
     return run_beside(here, beside)
 
 
-def test_the_second_core_is_spare_only_while_at_most_one_request_is_in_flight():
+@pytest.fixture
+def two_cores(monkeypatch):
+    """A process allowed two CPUs, whatever the test machine has, with no thread budget configured."""
+    from app.encoders import side_thread
+
+    monkeypatch.setattr(side_thread, "_usable", 2.0)
+    monkeypatch.setattr(side_thread, "_model_threads", None)
+
+
+def test_the_second_core_is_spare_only_while_at_most_one_request_is_in_flight(two_cores):
     from app.encoders.side_thread import in_flight, spare_core
 
     assert spare_core()
@@ -94,7 +104,7 @@ def test_the_second_core_is_spare_only_while_at_most_one_request_is_in_flight():
     assert spare_core()
 
 
-def test_general_audio_keeps_to_one_thread_while_other_requests_are_in_flight(monkeypatch):
+def test_general_audio_keeps_to_one_thread_while_other_requests_are_in_flight(two_cores, monkeypatch):
     import numpy as np
 
     from app.encoders import routed_fusion
@@ -111,3 +121,34 @@ def test_general_audio_keeps_to_one_thread_while_other_requests_are_in_flight(mo
     with in_flight():
         encoder.encode(window)
     assert calls
+
+
+def test_no_second_core_without_two_usable_cpus_or_a_budget_of_two_threads(two_cores, monkeypatch):
+    from app.encoders import side_thread
+
+    assert side_thread.spare_core()
+    side_thread.set_model_threads(1)  # the operator's torch_threads = 1
+    assert not side_thread.spare_core()
+    side_thread.set_model_threads(2)
+    assert side_thread.spare_core()
+    monkeypatch.setattr(side_thread, "_usable", 1.5)  # e.g. a container started with --cpus 1.5
+    assert not side_thread.spare_core()
+
+
+@pytest.mark.parametrize(("files", "quota"), [
+    ({"cpu.max": "max 100000\n"}, None),  # cgroup v2, no quota
+    ({"cpu.max": "150000 100000\n"}, 1.5),  # cgroup v2, --cpus 1.5
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),  # v1, no quota
+    ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 0.5),  # v1, half a CPU
+    ({}, None),  # no cgroup files at all
+    ({"cpu.max": "garbage"}, None),
+])
+def test_the_cgroup_cpu_quota_is_read_from_v2_or_v1_files(tmp_path, files, quota):
+    from app.encoders.side_thread import cgroup_cpu_quota, usable_cores
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cgroup_cpu_quota(tmp_path) == quota
+    cores = usable_cores(tmp_path)
+    assert 0 < cores <= len(os.sched_getaffinity(0)) and (quota is None or cores <= quota)
