@@ -31,6 +31,7 @@ def test_product_matches_a_float64_reference(gelu: bool) -> None:
     torch.testing.assert_close(product(x).double(), reference, rtol=1e-5, atol=1e-5)
     if torch.backends.mkldnn.is_available():
         assert product.packed is not None  # the fast path is the one being checked here
+        assert product.weight is None  # and the plain copy was not kept beside it
 
 
 def test_a_packed_product_that_disagrees_at_build_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
