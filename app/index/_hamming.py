@@ -8,7 +8,9 @@
 * one to three queries with k above ``SINGLE_MAX_K`` (a two-stage shortlist):
   ``_hamming_select.knn_hamming_select``, two counting passes whatever k is. One shard of
   5 x 10^4 codes, one core, best of 30: 128 bits, k 400 / 1000 / 4000: 0.22 / 0.22 / 0.27 ms
-  against FAISS' 0.28 / 0.55 / 1.81; 512 bits, k 400 / 4000: 0.34 / 0.29 against 0.30 / 1.66.
+  against FAISS' 0.28 / 0.55 / 1.81; 512 bits, k 400 / 4000: 0.34 / 0.29 against 0.30 / 1.66. A shard of
+  2.5 x 10^6 x 256 bits (half of the 5M index), k 300 / 400 / 1000 / 4000, medians of 7 on a busy machine:
+  16 / 17 / 12 / 12 ms against 23 / 22 / 28 / 24 (its per-row distances, 10 MB, are written and re-read).
 * two or three queries with a smaller k, or other widths: ``faiss.hammings_knn_hc``, FAISS' heap
   scan. Per code it costs about as much as streaming the code from memory, so with one shard per
   core it runs at memory bandwidth.
