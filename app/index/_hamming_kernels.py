@@ -16,6 +16,8 @@ differently from FAISS).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
@@ -111,6 +113,24 @@ def _knn_words(queries, nq, database, k, block_rows):  # pragma: no cover - comp
                     _insert(distances[j], rows[j], d, start + r)
                     bound = distances[j, k - 1]
             worst[j] = bound
+    return distances, rows
+
+
+def per_query(
+    queries: np.ndarray, database: np.ndarray, k: int, answer_one: Callable[..., tuple[np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of each query by ``answer_one(flat database words, rows, words per code, query words)``,
+    the one-query kernels' common driver; ``(distances int32, rows int64)``, each ``(nq, k)``."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    nq, nbytes = queries.shape
+    words = nbytes // 8
+    flat = np.ascontiguousarray(database).view(np.uint64).reshape(-1)
+    q_words = np.ascontiguousarray(queries).view(np.uint64).reshape(nq, words)
+    distances = np.empty((nq, k), np.int32)
+    rows = np.empty((nq, k), np.int64)
+    for i in range(nq):
+        distances[i], rows[i] = answer_one(flat, len(database), words, q_words[i])
     return distances, rows
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from app.index._hamming_kernels import INT32_MAX, _popcount64
+from app.index._hamming_kernels import INT32_MAX, _popcount64, per_query
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -66,19 +66,10 @@ def knn_hamming_select(queries: np.ndarray, database: np.ndarray, k: int) -> tup
     Returns ``(distances int32, rows int64)``, each ``(nq, k)``, ascending (equal distances in row
     order); when ``k > n`` the tail is ``(int32 max, -1)``.
     """
-    nq, nbytes = queries.shape
-    if not supports(nbytes):
-        raise ValueError(f"the counting kernel needs whole 64-bit words, got {nbytes} bytes per code")
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
-    words = nbytes // 8
-    flat = np.ascontiguousarray(database).view(np.uint64).reshape(-1)
-    q_words = np.ascontiguousarray(queries).view(np.uint64).reshape(nq, words)
-    distances = np.empty((nq, k), np.int32)
-    rows = np.empty((nq, k), np.int64)
-    for i in range(nq):
-        distances[i], rows[i] = _select_one(flat, len(database), words, q_words[i].copy(), int(k))
-    return distances, rows
+    if not supports(queries.shape[1]):
+        raise ValueError(f"the counting kernel needs whole 64-bit words, got {queries.shape[1]} bytes per code")
+    return per_query(queries, database, k,
+                     lambda flat, n, words, query: _select_one(flat, n, words, query.copy(), int(k)))
 
 
 def warm_up() -> None:

@@ -29,7 +29,7 @@ from numba.core import cgutils
 from numba.core.errors import NumbaError
 from numba.extending import intrinsic
 
-from app.index._hamming_kernels import INT32_MAX, _insert, _popcount64
+from app.index._hamming_kernels import INT32_MAX, _insert, _popcount64, per_query
 
 LANES = 8  # 64-bit words per vector register (512 bits)
 VECTORS_PER_STEP = 4  # vectors loaded per step: enough independent work to hide latencies
@@ -166,20 +166,14 @@ def knn_hamming_single(queries: np.ndarray, database: np.ndarray, k: int) -> tup
     Returns ``(distances int32, rows int64)``, each ``(nq, k)``, ascending; when ``k > n`` the
     tail is ``(int32 max, -1)``.
     """
-    nq, nbytes = queries.shape
-    if not supports(nbytes):
-        raise ValueError(f"the one-query kernel takes 8, 16, 32 or 64 bytes per code, got {nbytes}")
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
-    words = nbytes // 8
-    flat = np.ascontiguousarray(database).view(np.uint64).reshape(-1)
-    q_words = np.ascontiguousarray(queries).view(np.uint64).reshape(nq, words)
-    distances = np.empty((nq, k), np.int32)
-    rows = np.empty((nq, k), np.int64)
-    for i in range(nq):
-        tile = np.ascontiguousarray(np.tile(q_words[i], LANES // words))  # the query in every row slot of a vector
-        distances[i], rows[i] = _knn_one(flat, len(database), words, tile, int(k))
-    return distances, rows
+    if not supports(queries.shape[1]):
+        raise ValueError(f"the one-query kernel takes 8, 16, 32 or 64 bytes per code, got {queries.shape[1]}")
+
+    def one(flat: np.ndarray, n: int, words: int, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        tile = np.ascontiguousarray(np.tile(query, LANES // words))  # the query in every row slot of a vector
+        return _knn_one(flat, n, words, tile, int(k))
+
+    return per_query(queries, database, k, one)
 
 
 def warm_up() -> None:
