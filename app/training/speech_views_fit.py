@@ -7,6 +7,8 @@
 The statistics come from unlabelled training-side speech windows only: a seeded sample of 600 Arabic
 Speech Commands clips by the speakers the speech branch trained on (its held-out and validation speakers
 left out) and the FSDD clips it trained on (george and lucas, digits not held out). No label is read.
+A source trained ``--without`` a corpus (leave-one-corpus-out runs) has its views fitted without that
+corpus too, so the held-out corpus stays unheard by every step, statistics included.
 """
 
 from __future__ import annotations
@@ -34,16 +36,18 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def fit_paths(data: Path, speech_config: dict[str, Any], seed: int) -> list[Path]:
-    """The training-side clips the views are fitted on (see the module docstring)."""
+def fit_paths(data: Path, speech_config: dict[str, Any], seed: int, without: str | None = None) -> list[Path]:
+    """The training-side clips the views are fitted on (see the module docstring); ``without`` names a
+    corpus the source checkpoint was trained without, left out here as well."""
     from app.training import general_audio as recipe
 
     split = speech_config.get("split", {})
     left_out = set(recipe.ASC_HOLDOUT_SPEAKERS) | set(split.get("val", [])) | set(split.get("holdout", []))
-    asc = [r for r in _rows(data / "asc" / "asc.csv") if r["speaker"] not in left_out]
+    asc = [] if without == "asc" else [r for r in _rows(data / "asc" / "asc.csv") if r["speaker"] not in left_out]
     chosen = sorted(np.random.default_rng(seed).choice(len(asc), size=min(ASC_SAMPLE, len(asc)), replace=False))
-    fsdd = [r for r in _rows(data / "fsdd" / "fsdd.csv")
-            if r["speaker"] not in recipe.FSDD_HOLDOUT_SPEAKERS and r["digit"] not in recipe.FSDD_HOLDOUT_WORDS]
+    fsdd = [] if without == "fsdd" else [
+        r for r in _rows(data / "fsdd" / "fsdd.csv")
+        if r["speaker"] not in recipe.FSDD_HOLDOUT_SPEAKERS and r["digit"] not in recipe.FSDD_HOLDOUT_WORDS]
     return [data / "asc" / asc[i]["file"] for i in chosen] + [data / "fsdd" / r["file"] for r in fsdd]
 
 
@@ -69,7 +73,10 @@ def fit_views_checkpoint(data: Path, source: Path, out: Path, whiten_eps: float 
     if stored.get("family") != "routed-fusion" or stored.get("speech_views") is not None:
         raise CheckpointError(f"{source}: --views-from needs a routed-fusion checkpoint without speech views")
     encoder = load_checkpoint_dir(source)
-    paths = fit_paths(data, read_config(source / "speech"), seed)
+    without = stored.get("without")
+    paths = fit_paths(data, read_config(source / "speech"), seed, without)
+    if not paths:
+        raise SystemExit("--views-from: no training-side speech clips left to fit the views on")
     clips = load_waves([Record(str(p), "") for p in paths], encoder.sample_rate, cache_dir="/tmp/recall-audio-cache")
     logmel = LogMel(encoder.sample_rate, n_mels=N_MELS)
     floats, raw = [], []
@@ -92,8 +99,10 @@ def fit_views_checkpoint(data: Path, source: Path, out: Path, whiten_eps: float 
     state, _ = load_checkpoint(source)
     state.update({PREFIX + k: v for k, v in views.state_dict().items()})
     spec = {"whiten_eps": whiten_eps, "mfcc_bits": mfcc_bits, "mfcc_weight": views.mfcc_weight, "seed": seed,
-            "fitted_on": f"{len(floats_arr)} unlabelled training-side windows ({len(paths)} clips: ASC training "
-                         "speakers, FSDD george/lucas training digits)",
+            "fitted_on": f"{len(floats_arr)} unlabelled training-side windows ({len(paths)} clips: "
+                         + ", ".join(part for corpus, part in (("asc", "ASC training speakers"),
+                                                                ("fsdd", "FSDD george/lucas training digits"))
+                                     if corpus != without) + ")",
             "from": {"name": stored.get("name"), "version": stored.get("version")}}
     config = {**stored, **config_update, "speech_views": spec}
     metrics = {"views_windows": len(floats_arr), "views_clips": len(paths)}

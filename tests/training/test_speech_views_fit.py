@@ -90,3 +90,35 @@ def test_cli_refuses_nothing_to_fit_and_writing_over_its_source(data: Path, fuse
         general_audio_main(["--data", str(data), "--views-from", str(fused_dir), "--out", "unused"])
     with pytest.raises(SystemExit, match="must differ"):
         general_audio_main(["--data", str(data), "--views-from", str(fused_dir), "--mfcc-bits", "8", "--out", str(fused_dir)])
+
+
+@pytest.mark.parametrize("without, expected", [("fsdd", ["a1.wav", "a2.wav"]), ("asc", ["f1.wav", "f2.wav"])])
+def test_a_left_out_corpus_stays_out_of_the_views(data: Path, without: str, expected: list[str]) -> None:
+    names = sorted(p.name for p in fit_paths(data, {"split": {"val": ["00000029"]}}, seed=0, without=without))
+    assert names == expected
+
+
+def test_cli_fits_a_loco_source_without_its_corpus(data: Path, fused_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    import json
+    import shutil
+
+    source = tmp_path / "loco-fsdd"
+    shutil.copytree(fused_dir, source)
+    config = json.loads((source / "config.json").read_text())
+    config["without"] = "fsdd"  # as `recall train general-audio --without fsdd` records it
+    (source / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "loco-fsdd-views"
+    assert general_audio_main(["--data", str(data), "--views-from", str(source), "--whiten-eps", "0.3",
+                               "--out", str(out)]) == 0
+    written = read_config(out)
+    assert written["without"] == "fsdd" and "FSDD" not in written["speech_views"]["fitted_on"]
+    # the whitening mean is that of the ASC training clips' windows alone (no FSDD clip in it)
+    encoder = load_checkpoint_dir(source)
+    paths = fit_paths(data, read_config(source / "speech"), 0, without="fsdd")
+    assert paths and all(p.parent.name == "asc" for p in paths)
+    asc_clips = [sf.read(p, dtype="float32")[0] for p in paths]
+    floats = np.concatenate([encoder.speech.embed_tensor(encoder._speech_waves(w))[0].numpy()
+                             for w in window_batches(asc_clips, 16000, 1.0, 0.5, 16000)])
+    state, _ = load_checkpoint(out)
+    np.testing.assert_allclose(state[PREFIX + "white_mean"].numpy(), floats.mean(axis=0), atol=1e-5)
+    assert written["speech_views"]["fitted_on"].startswith(f"{len(floats)} unlabelled")
