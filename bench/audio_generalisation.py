@@ -16,6 +16,8 @@ for float (cosine) and Hamming search. Sets (held-out lists in app/training/gene
 With ``--loco``, each checkpoint trained without one corpus (``recall train general-audio
 --without X``) is scored on that corpus's sets: leave-one-corpus-out. Training-free baselines
 (app/eval/audio_baselines.py and the ``audio-baseline`` encoder) are measured in the same run.
+``--loco-only`` measures just the LOCO checkpoints and their baselines and merges them into the
+existing report (bench/audio_loco.py).
 """
 
 from __future__ import annotations
@@ -148,6 +150,9 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("loco_note"):
         lines += ["", f"Leave-one-corpus-out: {report['loco_note']}."]
     lines += ["", "Sets: " + "; ".join(f"`{s}` {v['clips']} clips, {v['labels']} labels" for s, v in report["sets"].items()), ""]
+    from bench.audio_loco import markdown_section
+
+    lines += markdown_section(report)
     if report.get("localisation"):
         loc = report["localisation"]
         lines += ["## Spoken-term localisation", "",
@@ -167,8 +172,11 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def targets(results: dict[str, dict[str, Any]], default: str, holdout: dict[str, Any],
-            localisation: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Issue 13's targets for the default encoder; ``holdout`` is its checkpoint's record of what it never trained on."""
+            localisation: dict[str, Any] | None = None, loco_runs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Issue 13's targets for the default encoder; ``holdout`` is its checkpoint's record of what it never trained on;
+    a leave-one-corpus-out row measured on its own (``loco_runs``) is compared with the baselines of its own run."""
+    from bench.audio_loco import best_baseline
+
     d, mfcc, logmel = results[default], results["mfcc-levin"], results["logmel-mean-std"]
     out = []
     # unseen words: the held-out keywords when the speech branch held them out; else the held-out
@@ -197,7 +205,7 @@ def targets(results: dict[str, dict[str, Any]], default: str, holdout: dict[str,
         if not name.startswith("loco"):
             continue
         for s, r in row.items():
-            best = max(results[b][s]["float"] for b in ("mfcc-levin", "logmel-mean-std", "audio-baseline"))
+            best = best_baseline(results, loco_runs or {}, name, s)
             for kind in ("float", "hamming"):
                 add(f"{name} on {s} above the best baseline", best, r[kind], kind)
     return out
@@ -213,7 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default="../shared/data")
     parser.add_argument("--out", default="reports/audio")
     parser.add_argument("--encoders", default=",".join(TRAINED))
-    parser.add_argument("--loco", default="", help="corpus=checkpoint dir pairs, e.g. asc=.gl/loco-asc,esc=.gl/loco-esc")
+    parser.add_argument("--loco", default="", help="corpus[:tag]=checkpoint dir pairs, e.g. asc=.gl/loco-asc,esc=.gl/loco-esc")
+    parser.add_argument("--loco-only", action="store_true",
+                        help="measure only the --loco checkpoints and the baselines (same run) and merge them into "
+                             "OUT/generalisation.json, every other row unchanged")
     parser.add_argument("--localisation", action="store_true",
                         help="with --rerender: add the spoken-term localisation task to an existing report")
     parser.add_argument("--rerender", action="store_true",
@@ -234,9 +245,22 @@ def main(argv: list[str] | None = None) -> int:
             names = [report["default_encoder"], "speech-attn-hash", "audio-baseline"]
             report["localisation"] = spoken_term_localisation(Path(args.data), {n: create_encoder(n, specs) for n in names})
         report["targets"] = targets(report["results"], report["default_encoder"], report["default_holdout"],
-                                    report.get("localisation"))
+                                    report.get("localisation"), report.get("loco_runs"))
         (out / "generalisation.json").write_text(json.dumps(report, indent=2) + "\n")
         (out / "generalisation.md").write_text(markdown(report))
+        return 0
+    if args.loco_only:
+        from bench.audio_loco import measure
+
+        if not args.loco:
+            raise SystemExit("--loco-only needs --loco")
+        report = measure(Path(args.data), args.loco, json.loads((out / "generalisation.json").read_text()))
+        report["targets"] = targets(report["results"], report["default_encoder"], report["default_holdout"],
+                                    report.get("localisation"), report.get("loco_runs")) \
+            if report["default_encoder"] in report["results"] else []
+        (out / "generalisation.json").write_text(json.dumps(report, indent=2) + "\n")
+        (out / "generalisation.md").write_text(markdown(report))
+        print(f"-> {out / 'generalisation.md'}")
         return 0
 
     sets = evaluation_sets(Path(args.data))
@@ -247,16 +271,19 @@ def main(argv: list[str] | None = None) -> int:
         # a registered name, or a checkpoint directory (a run not installed in app/assets/models)
         encoder = load_checkpoint_dir(name) if Path(name).is_dir() else create_encoder(name, specs)
         systems[name if not Path(name).is_dir() else encoder.name] = encoder_system(encoder)
-    loco: dict[str, str] = dict(pair.split("=", 1) for pair in args.loco.split(",") if pair)
+    from bench.audio_loco import parse_loco, run_info
+
+    loco = parse_loco(args.loco, tuple(sorted(set(CORPUS_OF.values()))))
+    loco_runs = {row: run_info(directory, corpus) for row, corpus, directory in loco}  # refuse before measuring
 
     results: dict[str, dict[str, Any]] = {}
     for name, system in systems.items():
         results[name] = {s: score(system, clips[s], sets[s][0]) for s in sets}
         print(name, {s: (r["float"], r.get("hamming")) for s, r in results[name].items()}, flush=True)
-    for corpus, directory in loco.items():
+    for row, corpus, directory in loco:
         system = encoder_system(load_checkpoint_dir(directory))
-        results[f"loco: without {corpus}"] = {s: score(system, clips[s], sets[s][0]) for s in sets if CORPUS_OF[s] == corpus}
-        print(f"loco {corpus}", results[f"loco: without {corpus}"], flush=True)
+        results[row] = {s: score(system, clips[s], sets[s][0]) for s in sets if CORPUS_OF[s] == corpus}
+        print(row, results[row], flush=True)
 
     default = Settings().encoders.default_audio
     holdout = getattr(create_encoder(default, specs), "config", {}).get("holdout", {}) if default in specs else {}
@@ -265,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
               "sets": {s: {"clips": len(v[0]), "labels": len(set(v[0]))} for s, v in sets.items()},
               "results": results,
               "default_holdout": holdout,
+              **({"loco_runs": loco_runs} if loco_runs else {}),
               "localisation": spoken_term_localisation(
                   Path(args.data), {n: create_encoder(n, specs) for n in (default, "speech-attn-hash", "audio-baseline")})}
     report["targets"] = targets(results, default, holdout, report["localisation"]) if default in results else []
