@@ -24,6 +24,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from app.features.filterbank import power_spectrum
 from app.features.logmel import LogMel
 from app.features.pcen import Pcen
 
@@ -89,7 +90,7 @@ class TextureStats(torch.nn.Module):
         correlation = corr[:, self.upper_rows, self.upper_cols]
 
         taper = _taper(frames, mel.dtype, mel.device)
-        power = torch.fft.rfft(centred * taper, dim=1).abs().pow(2)  # (B, F, bands)
+        power = power_spectrum(torch.fft.rfft(centred * taper, dim=1))  # (B, F, bands)
         binned = torch.stack([power[:, a:b].sum(1) for a, b in modulation_edges(frames, self.mod_bins)], 1)
         modulation = torch.log(binned + 1e-3).flatten(1)  # bin-major: all bands of bin 0, then bin 1...
 

@@ -74,3 +74,17 @@ def test_build_features_refuses_unknown_kind_and_arguments() -> None:
         build_features({"kind": "mfcc"})
     with pytest.raises(ValueError, match="does not fit"):
         build_features({"kind": "logmel", "n_bands": 3})
+
+
+def test_power_spectrum_is_squared_magnitude() -> None:
+    from app.features.filterbank import power_spectrum
+
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((4, 7, 33)) + 1j * rng.standard_normal((4, 7, 33))
+    values[0, 0, :5] = [0, 1e-15, 1e15j, -3 + 4j, 1e-3 - 1e-3j]  # zero, tiny, large (squares stay normal floats), 3-4-5
+    spectrum = torch.from_numpy(values.astype(np.complex64))
+    got = power_spectrum(spectrum)
+    assert got.dtype == torch.float32 and got.shape == spectrum.shape
+    reference = np.abs(values.astype(np.complex64).astype(np.complex128)) ** 2
+    np.testing.assert_allclose(got.numpy(), reference, rtol=1e-6, atol=0)
+    assert got[0, 0, 3].item() == 25.0
