@@ -165,9 +165,9 @@ def markdown(report: dict[str, Any]) -> str:
                     lines.append(f"| {name} | {kind} | {value[kind]['axiou@5']:.3f} | {value[kind]['r@1,iou>0.5']:.3f} |")
         lines.append("")
     if report.get("targets"):
-        lines += ["## Targets (issue 13)", "", "| target | needed | result | met |", "|---|---|---|---|"]
+        lines += ["## Targets (issue 13)", "", "| target | needed | result | met | by |", "|---|---|---|---|---|"]
         for t in report["targets"]:
-            lines.append(f"| {t['what']} | {t['needed']} | {t['result']} | {'yes' if t['met'] else '**no**'} |")
+            lines.append(f"| {t['what']} | {t['needed']} | {t['result']} | {'yes' if t['met'] else '**no**'} | {t.get('margin', '')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -186,7 +186,8 @@ def targets(results: dict[str, dict[str, Any]], default: str, holdout: dict[str,
              "fsdd_unseen_words" if holdout.get("fsdd_words") else "fsdd_unseen_speakers")
 
     def add(what: str, needed: float, value: float, kind: str = "float") -> None:
-        out.append({"what": f"{what} ({kind})", "needed": f">= {needed:.3f}", "result": f"{value:.3f}", "met": value >= needed})
+        out.append({"what": f"{what} ({kind})", "needed": f">= {needed:.3f}", "result": f"{value:.3f}", "met": value >= needed,
+                    "margin": f"{value - needed:+.3f}"})
 
     for kind in ("float", "hamming"):
         add("keywords, unseen speakers MAP >= 0.85", 0.85, d["asc_unseen_speakers"][kind], kind)

@@ -107,6 +107,9 @@ def test_loco_targets_use_the_baselines_of_their_own_run() -> None:
                 if r["what"].startswith("loco")}
 
     assert loco_rows(None) == {"(float)": (">= 0.500", True), "(hamming)": (">= 0.500", True)}
+    margins = {r["what"]: r["margin"] for r in targets(results, "ga", {}, None, runs) if r["what"].startswith("loco")}
+    assert margins == {"loco: without fsdd on fsdd_unseen_words above the best baseline (float)": "-0.100",
+                       "loco: without fsdd on fsdd_unseen_words above the best baseline (hamming)": "-0.150"}
     assert loco_rows(runs) == {"(float)": (">= 0.700", False), "(hamming)": (">= 0.700", False)}
 
 
