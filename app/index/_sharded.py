@@ -41,8 +41,12 @@ _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 
 
+_omp_state = threading.local()  # per thread: faiss' OpenMP team is already one thread
+
+
 def _single_threaded_faiss() -> None:
     faiss.omp_set_num_threads(1)
+    _omp_state.single = True
 
 
 def scan_pool(workers: int) -> ThreadPoolExecutor:
@@ -66,14 +70,16 @@ def _single_threaded(fn: Callable[[Shard], _T], shard: Shard) -> _T:
 
     Our threads are the parallelism: with faiss' default team of 2, a one-query scan leaves
     the second OpenMP thread spinning, which is ruinous when other work wants the core. The
-    caller's setting is restored, so faiss calls it makes elsewhere keep their default.
+    setting is per OS thread and every faiss call in this package goes through here or the
+    pool, so each thread sets it once and keeps it instead of saving and restoring it around
+    every scan: three faiss calls per shard, each of which releases and retakes the GIL (SWIG's
+    -threads) while the other shard's scan runs beside it (an audio search, 10^5 windows: 1.3%
+    faster, paired).
     """
-    saved = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
-        return fn(shard)
-    finally:
-        faiss.omp_set_num_threads(saved)
+    if not getattr(_omp_state, "single", False):
+        faiss.omp_set_num_threads(1)
+        _omp_state.single = True
+    return fn(shard)
 
 
 def _split_evenly(sizes: list[int], m: int) -> list[int]:
