@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
@@ -53,6 +54,17 @@ async def read_form(request: Request, max_files: int = 10_000) -> Any:
         raise BadRequest(f"the multipart body could not be parsed: {exc}") from exc
 
 
+@asynccontextmanager
+async def parsed_form(request: Request, max_files: int = 10_000) -> AsyncIterator[Any]:
+    """The multipart form, closed on leaving: its file parts are spooled temporary files (on disk
+    past 1 MB each) that otherwise stay open until garbage collection, one ResourceWarning each."""
+    form = await read_form(request, max_files)
+    try:
+        yield form
+    finally:
+        await form.close()
+
+
 def _too_many(max_files: int) -> str:
     return f"more than {max_files} files in one request (limits.max_files); split the batch into several requests"
 
@@ -77,15 +89,15 @@ async def ingest_uploads(request: Request, max_files: int) -> list[Upload]:
         ]
     if kind != "multipart/form-data":
         raise BadRequest("send multipart/form-data with 'files' parts, or application/json with an 'items' list")
-    form = await read_form(request, max_files)
-    files = [f for f in form.getlist("files") if isinstance(f, UploadFile)]
-    if not files:
-        raise InvalidInput("no 'files' parts in the multipart body")
-    ids = _form_ids(form.get("ids"), len(files))
-    metadata = _form_metadata(form.get("metadata"), len(files))
-    uploads = []
-    for n, part in enumerate(files):
-        uploads.append(Upload(part.filename or f"file-{n}", await part.read(), ids[n], metadata[n]))
+    async with parsed_form(request, max_files) as form:
+        files = [f for f in form.getlist("files") if isinstance(f, UploadFile)]
+        if not files:
+            raise InvalidInput("no 'files' parts in the multipart body")
+        ids = _form_ids(form.get("ids"), len(files))
+        metadata = _form_metadata(form.get("metadata"), len(files))
+        uploads = []
+        for n, part in enumerate(files):
+            uploads.append(Upload(part.filename or f"file-{n}", await part.read(), ids[n], metadata[n]))
     return uploads
 
 

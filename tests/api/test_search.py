@@ -106,3 +106,21 @@ def test_image_search_by_example(client):
     client.post("/v1/collections/img/items", files=files)
     response = client.post("/v1/collections/img/search", files={"file": ("q.png", png_bytes((30, 45, 215), size=(80, 80), stripes=True))}, data={"mode": "float"})
     assert response.json()["results"][0]["id"] == "blue.png"
+
+
+def test_multipart_parts_are_closed_after_search_and_ingest(client):
+    """Each file part is a spooled temporary file; left open it lingers until garbage collection
+    (on disk past 1 MB) and warns then."""
+    import gc
+    import warnings
+
+    client.post("/v1/collections", json={"name": "closed", "modality": "audio"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ingest = client.post("/v1/collections/closed/items", files=[("files", ("a.wav", tone_wav(440, seconds=1.0)))])
+        search = client.post("/v1/collections/closed/search", files={"file": ("q.wav", tone_wav(440, seconds=1.0))}, data={"k": "1"})
+        gc.collect()
+    assert ingest.status_code == 200 and search.status_code == 200, (ingest.text, search.text)
+    assert search.json()["results"][0]["id"] == "a.wav"
+    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning) and "Unclosed file" in str(w.message)]
+    assert unclosed == []

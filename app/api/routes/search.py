@@ -9,7 +9,7 @@ from app.api.body_docs import SEARCH_BODY
 from app.api.deps import ServicesDep
 from app.api.error_docs import error_responses
 from app.api.schemas import SearchRequest, SearchResponse
-from app.api.uploads import content_type, decode_base64, form_fields, parse_model, read_form, read_json
+from app.api.uploads import content_type, decode_base64, form_fields, parse_model, parsed_form, read_json
 from app.errors import BadRequest
 from app.media.decode import Upload
 from app.usecases.query import run_search
@@ -36,13 +36,13 @@ async def search_collection(name: str, request: Request, services: ServicesDep) 
             if params.content_base64 is not None:
                 upload = Upload("query", decode_base64(params.content_base64, "search request"))
         elif kind == "multipart/form-data":
-            form = await read_form(request)
-            params = parse_model(SearchRequest, form_fields(form, _FORM_FIELDS), "search request")
-            parts = [f for f in form.getlist("file") if isinstance(f, UploadFile)]
-            if len(parts) > 1:
-                raise BadRequest("send one 'file' part per search")
-            if parts:
-                upload = Upload(parts[0].filename or "query", await parts[0].read())
+            async with parsed_form(request) as form:
+                params = parse_model(SearchRequest, form_fields(form, _FORM_FIELDS), "search request")
+                parts = [f for f in form.getlist("file") if isinstance(f, UploadFile)]
+                if len(parts) > 1:
+                    raise BadRequest("send one 'file' part per search")
+                if parts:
+                    upload = Upload(parts[0].filename or "query", await parts[0].read())
         else:
             raise BadRequest("send multipart/form-data with a 'file' part, or application/json with 'item_id' or 'text'")
         return await run_search(services, name, params, upload, announcement)
