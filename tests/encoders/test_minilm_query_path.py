@@ -22,18 +22,43 @@ def features() -> MiniLMFeatures:
     return MiniLMFeatures()
 
 
-def _reference(features: MiniLMFeatures, texts: list[str]) -> np.ndarray:
-    model = features._load()
+def _reference(features: MiniLMFeatures, texts: list[str], model=None) -> np.ndarray:
+    model = model or features._load()
     return np.asarray(model.encode(texts, batch_size=64, convert_to_numpy=True, normalize_embeddings=True,
                                    show_progress_bar=False), dtype=np.float32)
 
 
-def test_direct_path_matches_encode_one_sentence_and_a_padded_batch(features: MiniLMFeatures) -> None:
+@pytest.fixture(scope="module")
+def half_model(features: MiniLMFeatures):
+    """The library model with every layer's product weights rounded to half precision, as the
+    lean forward keeps them (app/encoders/half_weights.py); embeddings and norms stay float32."""
+    import copy
+
+    import torch
+
+    model = copy.deepcopy(features._load())
+    with torch.no_grad():
+        for layer in model[0].auto_model.encoder.layer:
+            for linear in (layer.attention.self.query, layer.attention.self.key, layer.attention.self.value,
+                           layer.attention.output.dense, layer.intermediate.dense, layer.output.dense):
+                linear.weight.copy_(linear.weight.half().float())
+    return model
+
+
+def _assert_close_to_float32(ours: np.ndarray, reference: np.ndarray) -> None:
+    """Half-precision weights move a sentence vector by ~1e-4 at most (cosine >= 0.99999)."""
+    np.testing.assert_allclose(ours, reference, atol=5e-4)
+    assert float(np.min(np.sum(ours * reference, axis=1))) > 0.99999
+
+
+def test_direct_path_matches_encode_one_sentence_and_a_padded_batch(features: MiniLMFeatures, half_model) -> None:
     assert len(SENTENCES) <= QUERY_BATCH  # so features(...) below takes the direct path
     for texts in ([SENTENCES[0]], [SENTENCES[2]], SENTENCES):  # mixed lengths: padding and attention mask matter
         ours = features(texts)
         assert ours.dtype == np.float32 and ours.shape == (len(texts), 384)
-        np.testing.assert_allclose(ours, _reference(features, texts), atol=1e-5)
+        # the same arithmetic as the library's module tree given the same (half-rounded) weights
+        np.testing.assert_allclose(ours, _reference(features, texts, half_model), atol=1e-5)
+        _assert_close_to_float32(ours, _reference(features, texts))
         np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
     assert features._lean is not None  # the lean forward answered, not the library's module tree
     # order is kept (encode sorts by length internally and unsorts; the direct path never sorts)
@@ -61,7 +86,7 @@ def test_the_lean_forward_refuses_a_model_it_does_not_implement(features: MiniLM
 
 
 def test_a_lone_query_splits_each_layer_over_two_threads_with_the_same_vectors(
-    features: MiniLMFeatures, monkeypatch: pytest.MonkeyPatch,
+    features: MiniLMFeatures, half_model, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import app.encoders.minilm_lean as lean_module
 
@@ -80,4 +105,4 @@ def test_a_lone_query_splits_each_layer_over_two_threads_with_the_same_vectors(
     assert len(calls) == 2 * len(lean.layers)  # the whole products, on the calling thread only
 
     np.testing.assert_allclose(split, whole, atol=1e-6)
-    np.testing.assert_allclose(whole, _reference(features, SENTENCES), atol=1e-5)
+    np.testing.assert_allclose(whole, _reference(features, SENTENCES, half_model), atol=1e-5)
