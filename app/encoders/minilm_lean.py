@@ -12,8 +12,9 @@ library (app/encoders/text_features.py decides).
 On CPU each product keeps its weight in half precision and runs app/encoders/half_weights.py's
 kernel (``_Product``): for a 10-token sentence the 24 products are ~85% of the forward, and they
 are bound by reading the weights (42 MB of float32 per sentence), so half the bytes made a
-sentence 11.3 -> 9.1 ms on one thread and 16.7 -> 13.4 ms split over two (paired medians, 200
-captions, another process on one of the two cores). The half weights move a sentence vector by
+sentence 11.5 -> 9.9 ms split over the two cores and 13.7 -> 10.9 ms on one thread (medians of
+three blocks of 100 captions each, alternating, quiet 2-core machine; split still beats one thread
+with half weights, 0.88x interleaved). The half weights move a sentence vector by
 ~1e-4 (cosine to float32 >= 0.9999999 over 300 captions; the same top-1 image for all of them
 among 10^5, top-10 overlap 0.999; the held-out photo metrics of reports/image_text unchanged to
 the third decimal). Where the kernel is unavailable or disagrees with ``F.linear`` of the rounded
