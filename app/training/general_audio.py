@@ -147,7 +147,7 @@ def speech_argv(data: Path, manifests: dict[str, Path], synth: dict[str, Path], 
     """The speech branch's `recall train audio` arguments: from scratch, or fine-tuned (``--speech-init``)."""
     common = ["--model", "attn-hash", "--bits", "256", "--sample-rate", str(SPEECH_RATE), "--window", str(WINDOW_S),
               "--hop", str(HOP_S), "--hidden", "96", "--val-groups", "1", "--epochs", str(args.speech_epochs),
-              "--steps", str(args.speech_steps), "--patience", "6", "--lr-patience", "3", "--spec-augment",
+              "--steps", str(args.speech_steps), "--patience", str(args.speech_patience), "--lr-patience", "3", "--spec-augment",
               "--seed", str(args.seed), "--device", args.device, "--threads", str(args.threads), "--name", "speech",
               "--out", str(out)]
     if args.speech_init:
@@ -348,6 +348,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--router-clips", type=int, default=600, help="clips per source sampled to fit the router")
     p.add_argument("--speech-epochs", type=int, default=30)
     p.add_argument("--speech-steps", type=int, default=100)
+    p.add_argument("--speech-patience", type=int, default=6,
+                   help="stop the speech branch after this many epochs without a better validation MAP (a "
+                        "from-scratch branch, e.g. --without asc, needs far more than the default)")
     p.add_argument("--retrain", action="store_true", help="train the branches again even if --work has them")
     p.add_argument("--speech-from", metavar="CHECKPOINT_DIR",
                    help="use this attn-hash checkpoint as the speech branch instead of training one")

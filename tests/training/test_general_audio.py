@@ -104,7 +104,8 @@ def test_training_manifests_leave_out_every_held_out_group(data: Path, tmp_path:
 def test_fine_tuning_keeps_held_out_speakers_out_and_adds_the_english_digits(data: Path, tmp_path: Path) -> None:
     manifests = general_audio.training_manifests(data, tmp_path, without=None)
     synth = {"pseudo": tmp_path / "p.csv", "synth-en": tmp_path / "e.csv", "digits": tmp_path / "d.csv"}
-    args = general_audio.argparse.Namespace(speech_init="ckpt", speech_epochs=3, speech_steps=5, seed=0, device="cpu", threads=1)
+    args = general_audio.argparse.Namespace(speech_init="ckpt", speech_epochs=3, speech_steps=5, speech_patience=9, seed=0,
+                                            device="cpu", threads=1)
     argv = general_audio.speech_argv(data, manifests, synth, tmp_path / "out", args)
     flag = lambda name: argv[argv.index(name) + 1]  # noqa: E731
     assert flag("--init-from") == "ckpt" and flag("--manifest") == str(data / "asc" / "asc.csv")
@@ -113,6 +114,7 @@ def test_fine_tuning_keeps_held_out_speakers_out_and_adds_the_english_digits(dat
     speeds = tmp_path / "fsdd-train-speeds.csv"
     assert extras == [str(manifests["fsdd"]), str(speeds), str(synth["digits"])]  # no made-up words: digits
     assert flag("--keep") == "last"
+    assert flag("--patience") == "9"  # --speech-patience reaches the speech branch's trainer
     real, perturbed = list(csv.DictReader(manifests["fsdd"].open())), list(csv.DictReader(speeds.open()))
     assert len(perturbed) == len(real) * len(general_audio.SPEED_FACTORS)
     assert {r["speaker"] for r in perturbed} == {f"fsdd:george@{f:g}" for f in general_audio.SPEED_FACTORS}
