@@ -52,7 +52,9 @@ class AudioBaselineEncoder(Encoder):
         stats = []
         with torch.inference_mode():
             for wave in inputs:
-                mel = self.features(torch.as_tensor(np.asarray(wave, dtype=np.float32))[None])[0]
+                # np.require(..., 'W'): a read-only wave (a view of a decoded buffer) is copied, not
+                # wrapped: torch warns on tensors over memory it may not write
+                mel = self.features(torch.from_numpy(np.require(wave, np.float32, ['W']))[None])[0]
                 delta = mel[1:] - mel[:-1] if mel.shape[0] > 1 else torch.zeros_like(mel)
                 stats.append(torch.cat([mel.mean(0), mel.std(0, correction=0), delta.abs().mean(0)]).numpy())
         projected = _standardise(np.stack(stats)) @ self.projection
