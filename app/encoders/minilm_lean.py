@@ -3,11 +3,12 @@
 Why: a text query's sentence is about a dozen tokens, and at that size the Hugging Face module
 tree costs more than its arithmetic. Its 36 Linear layers do ~250 MFLOP, ~6 ms on one core of the
 bench machine, while the whole forward took 12-16 ms on an idle core: the rest was module calls,
-argument checks and attention-mask plumbing. This module runs the same weights through the same
-operations with query, key and value fused into one matrix product per layer (the three products
-share their input), and no module tree; vectors agree with ``SentenceTransformer.encode`` to float
-rounding (tests/encoders/test_minilm_query_path.py). Batches larger than a query's go through the
-library (app/encoders/text_features.py decides).
+argument checks and attention-mask plumbing. This module runs the same operations with query, key
+and value fused into one matrix product per layer (the three products share their input), and no
+module tree; given the same (half-rounded, below) weights its vectors agree with
+``SentenceTransformer.encode`` to float rounding, and with the float32 model to ~1e-4
+(tests/encoders/test_minilm_query_path.py). Batches larger than a query's go through the library
+(app/encoders/text_features.py decides).
 
 On CPU each product keeps its weight in half precision and runs app/encoders/half_weights.py's
 kernel (``_Product``): for a 10-token sentence the 24 products are ~85% of the forward, and they
