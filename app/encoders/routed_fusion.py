@@ -31,6 +31,7 @@ strictly. A checkpoint without them (versions 1 and 2) loads and answers exactly
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,6 +44,7 @@ from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
 from app.encoders.side_thread import run_beside, spare_core
 from app.encoders.speech_views import PREFIX as VIEWS_PREFIX, SpeechViews, views_from_config
+from app.encoders.traced import Step, trace_step
 
 FAMILY = "routed-fusion"
 BRANCHES = ("speech", "sounds")
@@ -86,6 +88,37 @@ def fuse(speech: torch.Tensor, speech_code: torch.Tensor, sounds: torch.Tensor, 
     return floats, codes
 
 
+class SoundsStep(torch.nn.Module):
+    """16 kHz windows -> (sound float, sound code values, p(speech), the speech views' standardised MFCC).
+
+    The sounds half as one module, so it can run traced (app/encoders/traced.py). The speech views'
+    MFCC needs only the audio: it runs here, beside the speech BLSTM (the longer half), instead of
+    lengthening it. Without the MFCC view, that output is empty.
+    """
+
+    def __init__(self, sounds: Encoder, router: Router, views: SpeechViews | None) -> None:
+        super().__init__()
+        self.features, self.net, self.router = sounds.features, sounds.net, router
+        self.views = views if views is not None and views.mfcc_bits else None
+
+    def forward(self, audio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        stats = self.features(audio)
+        sounds, sounds_code = self.net.embed(stats)
+        z = self.views.standardised_mfcc(audio) if self.views is not None else audio.new_zeros(0)
+        return sounds, sounds_code, self.router(stats[:, 0]), z
+
+
+class SpeechStep(torch.nn.Module):
+    """Windows at the speech branch's rate -> (speech float, speech code values)."""
+
+    def __init__(self, speech: Encoder) -> None:
+        super().__init__()
+        self.features, self.net = speech.features, speech.net
+
+    def forward(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.net.embed(self.features(waves))
+
+
 class RoutedFusionEncoder(Encoder):
     modality = "audio"
 
@@ -97,6 +130,9 @@ class RoutedFusionEncoder(Encoder):
         self.views = views.eval() if views is not None else None
         self.dim = speech.dim + (views.extra_dim if views is not None else 0) + sounds.dim
         self.bits = speech.bits + sounds.bits  # the views' bits ride in the sounds half (fuse)
+        self._eager_steps: tuple[Step, Step] = (SoundsStep(sounds, self.router, self.views).eval(), SpeechStep(speech).eval())
+        self._traced_steps: tuple[Step, Step] | None = None  # built on the first CPU batch (_steps)
+        self._trace_lock = threading.Lock()
 
     def to(self, device: str) -> "RoutedFusionEncoder":
         self.speech.to(device)
@@ -105,7 +141,28 @@ class RoutedFusionEncoder(Encoder):
         if self.views is not None:
             self.views.to(device)
         self.device = device
+        self._traced_steps = None  # traces hold the tensors of the device they were made on
         return self
+
+    def _steps(self) -> tuple[Step, Step]:
+        """(sounds step, speech step): traced on CPU, so the halves run without the GIL; eager elsewhere."""
+        if self.device != "cpu":
+            return self._eager_steps
+        with self._trace_lock:
+            if self._traced_steps is None:
+                self._traced_steps = self._trace_steps()
+            return self._traced_steps
+
+    def _trace_steps(self) -> tuple[Step, Step]:
+        rng = np.random.default_rng(0)
+        noise = (0.1 * rng.standard_normal((4, self.window))).astype(np.float32)
+        tone = np.sin(np.arange(self.window, dtype=np.float32) * 0.3)[None].astype(np.float32)
+        example, checks = noise[:2], [noise[2:3], np.concatenate([noise[3:], tone, np.zeros_like(tone)])]
+        sounds_step, speech_step = self._eager_steps
+        return (trace_step(sounds_step, torch.from_numpy(example), [torch.from_numpy(c) for c in checks],
+                           f"{self.name} sounds half"),
+                trace_step(speech_step, self._speech_waves(example), [self._speech_waves(c) for c in checks],
+                           f"{self.name} speech half"))
 
     def _speech_waves(self, waves: np.ndarray) -> torch.Tensor:
         """(B, window) at the service rate -> (B, speech window) at the speech branch's rate (soxr, as in training)."""
@@ -121,19 +178,16 @@ class RoutedFusionEncoder(Encoder):
 
     def embed_batch(self, waves: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(B, window) float32 at the service rate -> (floats, code values, p(speech)) tensors."""
+        sounds_step, speech_step = self._steps()
+
         def sounds_half() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
             with torch.inference_mode():
-                audio = torch.from_numpy(waves).to(self.device)
-                stats = self.sounds.features(audio)
-                sounds, sounds_code = self.sounds.net.embed(stats)
-                # the speech views' MFCC needs only the audio: here it runs beside the speech BLSTM, the
-                # longer half (one window: 3.6 ms against 1.5 ms), instead of lengthening it
-                z = self.views.standardised_mfcc(audio) if self.views is not None else None
-                return sounds, sounds_code, self.router(stats[:, 0]), z
+                sounds, sounds_code, p, z = sounds_step(torch.from_numpy(waves).to(self.device))
+                return sounds, sounds_code, p, z if z.numel() else None
 
         def speech_half() -> tuple[torch.Tensor, torch.Tensor]:
             with torch.inference_mode():
-                return self.speech.embed_tensor(self._speech_waves(waves))
+                return speech_step(self._speech_waves(waves).to(self.device))
 
         # the halves are independent: a query's one or two windows run them on two cores at once
         # (app/encoders/side_thread.py); bigger batches keep the cores busy one half after the other

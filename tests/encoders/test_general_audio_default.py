@@ -46,6 +46,25 @@ def test_same_input_gives_the_same_code_whatever_the_batch(encoder) -> None:
     np.testing.assert_allclose(together.floats[1], alone.floats[0], atol=1e-5)
 
 
+def test_on_cpu_both_halves_run_traced_and_answer_exactly_as_the_eager_modules(encoder) -> None:
+    rng = np.random.default_rng(2)
+    t = np.arange(16000, dtype=np.float32) / 16000
+    windows = [(0.1 * rng.standard_normal(16000)).astype(np.float32), np.zeros(16000, np.float32),
+               (0.5 * np.sin(2 * np.pi * 220 * t) * (t < 0.4)).astype(np.float32),  # a short burst: the MFCC's voiced span
+               (0.01 * rng.standard_normal(7000)).astype(np.float32)]  # shorter than the window: padded
+    traced = [encoder.encode(windows), encoder.encode(windows[:1]), encoder.encode(windows[2:3])]
+    assert all(type(step).__name__ == "TracedStep" for step in encoder._steps())
+    saved = encoder._traced_steps
+    encoder._traced_steps = encoder._eager_steps
+    try:
+        eager = [encoder.encode(windows), encoder.encode(windows[:1]), encoder.encode(windows[2:3])]
+    finally:
+        encoder._traced_steps = saved
+    for got, want in zip(traced, eager):
+        np.testing.assert_array_equal(got.floats, want.floats)
+        np.testing.assert_array_equal(got.codes, want.codes)
+
+
 @pytest.mark.system("espeak-ng")
 def test_spoken_words_go_to_the_speech_half_in_several_languages(encoder) -> None:
     from app.training.synth_speech import Voice, espeak_binary, synthesise

@@ -1,0 +1,67 @@
+"""A model step run as a TorchScript trace, so that it runs without holding the GIL.
+
+Why: an eager torch module takes the GIL back between every two operations to run the Python that
+chains them. A lone audio query runs ``general-audio``'s two halves on two threads at once
+(app/encoders/side_thread.py), and each of their ~100 small operations then waited for the other
+thread's Python: side by side, the halves took 4.3 and 4.7 ms for 1.6 and 3.5 ms of work alone. A
+traced module runs its whole graph in C++ with the GIL released, so the halves overlap for real:
+one window 5.5 -> 3.6 ms (bench/results/query_path.md). With many queries in flight, the model
+thread's GIL-free stretch also leaves the GIL to the threads doing HTTP and search.
+
+A trace records the operations one example ran, so it is only used where that is provably the
+same computation: the step's input length is fixed (an encoder's window), its Python branches
+depend only on shapes, and at build time the trace must give bit-identical outputs to the eager
+module on the example and on other batch sizes. Any failure keeps the eager module.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Callable, Sequence
+
+import torch
+
+log = logging.getLogger(__name__)
+
+Outputs = tuple[torch.Tensor, ...]
+Step = Callable[[torch.Tensor], Outputs]
+
+
+class TracedStep:
+    """Calls the trace for inputs of the traced length, the eager module for anything else."""
+
+    def __init__(self, traced: Step, eager: Step, length: int) -> None:
+        self.traced, self.eager, self.length = traced, eager, length
+
+    def __call__(self, x: torch.Tensor) -> Outputs:
+        # shape-derived values (frame counts, modulation bins) are constants in the trace
+        return self.traced(x) if x.shape[-1] == self.length else self.eager(x)
+
+
+def _identical(a: Outputs, b: Outputs) -> bool:
+    return len(a) == len(b) and all(u.shape == v.shape and torch.equal(u, v) for u, v in zip(a, b))
+
+
+def trace_step(module: torch.nn.Module, example: torch.Tensor, checks: Sequence[torch.Tensor], what: str) -> Step:
+    """``module`` traced on ``example`` (batch, length), or ``module`` itself where the trace is not exact.
+
+    ``checks``: further inputs of the same length (other batch sizes, other content) on which the
+    trace must agree with the module bit for bit, each twice (TorchScript optimises a graph after
+    its first runs).
+    """
+    module = module.eval()
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            # the tracer warns about every shape check it turns into a constant; the checks below decide
+            warnings.simplefilter("ignore")
+            traced = torch.jit.trace(module, example, check_trace=False)
+            for x in (example, *checks, *checks):
+                if x.shape[-1] != example.shape[-1]:
+                    raise ValueError(f"check input of length {x.shape[-1]}, traced {example.shape[-1]}")
+                if not _identical(tuple(module(x)), tuple(traced(x))):
+                    raise ValueError(f"the trace differs from the module on a batch of {x.shape[0]}")
+    except Exception as exc:  # noqa: BLE001 - any failure keeps the eager path, which is always right
+        log.warning("%s: running eagerly, the traced step was not exact: %s", what, exc)
+        return module
+    return TracedStep(traced, module, int(example.shape[-1]))
