@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -119,6 +119,29 @@ class SpeechStep(torch.nn.Module):
         return self.net.embed(self.features(waves))
 
 
+class JoinStep(torch.nn.Module):
+    """Both halves' outputs -> (float embedding, code values): the speech views, then :func:`fuse`."""
+
+    def __init__(self, views: SpeechViews | None) -> None:
+        super().__init__()
+        self.views = views
+
+    def forward(self, speech: torch.Tensor, speech_code: torch.Tensor, sounds: torch.Tensor, sounds_code: torch.Tensor,
+                p_speech: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        extra_code = None
+        if self.views is not None:  # fuse() normalises the speech half, so the views' weights hold
+            speech, extra_code = self.views(speech, z if z.numel() else None)
+        return fuse(speech, speech_code, sounds, sounds_code, p_speech, extra_code)
+
+
+class Steps(NamedTuple):
+    """The encoder's tensor work in three modules: the two independent halves and their join."""
+
+    sounds: Step
+    speech: Step
+    join: Step
+
+
 class RoutedFusionEncoder(Encoder):
     modality = "audio"
 
@@ -130,8 +153,9 @@ class RoutedFusionEncoder(Encoder):
         self.views = views.eval() if views is not None else None
         self.dim = speech.dim + (views.extra_dim if views is not None else 0) + sounds.dim
         self.bits = speech.bits + sounds.bits  # the views' bits ride in the sounds half (fuse)
-        self._eager_steps: tuple[Step, Step] = (SoundsStep(sounds, self.router, self.views).eval(), SpeechStep(speech).eval())
-        self._traced_steps: tuple[Step, Step] | None = None  # built on the first CPU batch (_steps)
+        self._eager_steps = Steps(SoundsStep(sounds, self.router, self.views).eval(), SpeechStep(speech).eval(),
+                                  JoinStep(self.views).eval())
+        self._traced_steps: Steps | None = None  # built on the first CPU batch (_steps)
         self._trace_lock = threading.Lock()
 
     def to(self, device: str) -> "RoutedFusionEncoder":
@@ -144,8 +168,8 @@ class RoutedFusionEncoder(Encoder):
         self._traced_steps = None  # traces hold the tensors of the device they were made on
         return self
 
-    def _steps(self) -> tuple[Step, Step]:
-        """(sounds step, speech step): traced on CPU, so the halves run without the GIL; eager elsewhere."""
+    def _steps(self) -> Steps:
+        """The steps, traced on CPU so they run without the GIL (app/encoders/traced.py); eager elsewhere."""
         if self.device != "cpu":
             return self._eager_steps
         with self._trace_lock:
@@ -153,16 +177,19 @@ class RoutedFusionEncoder(Encoder):
                 self._traced_steps = self._trace_steps()
             return self._traced_steps
 
-    def _trace_steps(self) -> tuple[Step, Step]:
+    def _trace_steps(self) -> Steps:
         rng = np.random.default_rng(0)
         noise = (0.1 * rng.standard_normal((4, self.window))).astype(np.float32)
         tone = np.sin(np.arange(self.window, dtype=np.float32) * 0.3)[None].astype(np.float32)
-        example, checks = noise[:2], [noise[2:3], np.concatenate([noise[3:], tone, np.zeros_like(tone)])]
-        sounds_step, speech_step = self._eager_steps
-        return (trace_step(sounds_step, torch.from_numpy(example), [torch.from_numpy(c) for c in checks],
-                           f"{self.name} sounds half"),
-                trace_step(speech_step, self._speech_waves(example), [self._speech_waves(c) for c in checks],
-                           f"{self.name} speech half"))
+        batches = [noise[:2], noise[2:3], np.concatenate([noise[3:], tone, np.zeros_like(tone)])]  # the first is traced
+        eager = self._eager_steps
+        audio = [torch.from_numpy(b) for b in batches]
+        speech_waves = [self._speech_waves(b) for b in batches]
+        with torch.no_grad():
+            halves = [(*eager.speech(w), *eager.sounds(a)) for a, w in zip(audio, speech_waves)]
+        return Steps(trace_step(eager.sounds, audio[0], audio[1:], f"{self.name} sounds half"),
+                     trace_step(eager.speech, speech_waves[0], speech_waves[1:], f"{self.name} speech half"),
+                     trace_step(eager.join, halves[0], halves[1:], f"{self.name} join"))
 
     def _speech_waves(self, waves: np.ndarray) -> torch.Tensor:
         """(B, window) at the service rate -> (B, speech window) at the speech branch's rate (soxr, as in training)."""
@@ -178,29 +205,28 @@ class RoutedFusionEncoder(Encoder):
 
     def embed_batch(self, waves: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(B, window) float32 at the service rate -> (floats, code values, p(speech)) tensors."""
-        sounds_step, speech_step = self._steps()
+        steps = self._steps()
 
-        def sounds_half() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        def sounds_half() -> tuple[torch.Tensor, ...]:
             with torch.inference_mode():
-                sounds, sounds_code, p, z = sounds_step(torch.from_numpy(waves).to(self.device))
-                return sounds, sounds_code, p, z if z.numel() else None
+                return steps.sounds(torch.from_numpy(waves).to(self.device))
 
-        def speech_half() -> tuple[torch.Tensor, torch.Tensor]:
+        def speech_half() -> tuple[torch.Tensor, ...]:
             with torch.inference_mode():
-                return speech_step(self._speech_waves(waves).to(self.device))
+                return steps.speech(self._speech_waves(waves).to(self.device))
 
         # the halves are independent: a query's one or two windows run them on two cores at once
-        # (app/encoders/side_thread.py); bigger batches keep the cores busy one half after the other
+        # (app/encoders/side_thread.py); bigger batches keep the cores busy one half after the other.
+        # The longer speech half stays on this thread, so neither the side thread's wake-up nor the
+        # wait for its result lies on the query's critical path.
         if self.device == "cpu" and len(waves) <= SIDE_THREAD_MAX_WINDOWS and spare_core():
-            (sounds, sounds_code, p, z), (speech, speech_code) = run_beside(sounds_half, speech_half)
+            speech, sounds = run_beside(speech_half, sounds_half)
         else:
-            (sounds, sounds_code, p, z), (speech, speech_code) = sounds_half(), speech_half()
+            sounds = sounds_half()
+            speech = speech_half()
         with torch.inference_mode():
-            extra_code = None
-            if self.views is not None:  # fuse() normalises the speech half, so the views' weights hold
-                speech, extra_code = self.views(speech, z)
-            floats, codes = fuse(speech, speech_code, sounds, sounds_code, p, extra_code)
-        return floats, codes, p
+            floats, codes = steps.join(*speech, *sounds)
+        return floats, codes, sounds[2]
 
     def encode(self, inputs: Sequence[np.ndarray]) -> Embeddings:
         floats, values = [], []

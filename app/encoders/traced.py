@@ -25,7 +25,7 @@ import torch
 log = logging.getLogger(__name__)
 
 Outputs = tuple[torch.Tensor, ...]
-Step = Callable[[torch.Tensor], Outputs]
+Step = Callable[..., Outputs]
 
 
 class TracedStep:
@@ -34,34 +34,42 @@ class TracedStep:
     def __init__(self, traced: Step, eager: Step, length: int) -> None:
         self.traced, self.eager, self.length = traced, eager, length
 
-    def __call__(self, x: torch.Tensor) -> Outputs:
+    def __call__(self, *inputs: torch.Tensor) -> Outputs:
         # shape-derived values (frame counts, modulation bins) are constants in the trace
-        return self.traced(x) if x.shape[-1] == self.length else self.eager(x)
+        return self.traced(*inputs) if inputs[0].shape[-1] == self.length else self.eager(*inputs)
+
+
+Inputs = torch.Tensor | tuple[torch.Tensor, ...]
 
 
 def _identical(a: Outputs, b: Outputs) -> bool:
     return len(a) == len(b) and all(u.shape == v.shape and torch.equal(u, v) for u, v in zip(a, b))
 
 
-def trace_step(module: torch.nn.Module, example: torch.Tensor, checks: Sequence[torch.Tensor], what: str) -> Step:
-    """``module`` traced on ``example`` (batch, length), or ``module`` itself where the trace is not exact.
+def trace_step(module: torch.nn.Module, example: Inputs, checks: Sequence[Inputs], what: str) -> Step:
+    """``module`` traced on ``example``, or ``module`` itself where the trace is not exact.
 
-    ``checks``: further inputs of the same length (other batch sizes, other content) on which the
+    ``example`` is the module's input, or the tuple of its inputs, each (batch, ...); the first
+    input's last dimension (a window's length) must be the same in every call the trace answers.
+    ``checks``: further inputs of that length (other batch sizes, other content) on which the
     trace must agree with the module bit for bit, each twice (TorchScript optimises a graph after
     its first runs).
     """
     module = module.eval()
+    example_args = example if isinstance(example, tuple) else (example,)
+    length = int(example_args[0].shape[-1])
     try:
         with torch.no_grad(), warnings.catch_warnings():
             # the tracer warns about every shape check it turns into a constant; the checks below decide
             warnings.simplefilter("ignore")
-            traced = torch.jit.trace(module, example, check_trace=False)
-            for x in (example, *checks, *checks):
-                if x.shape[-1] != example.shape[-1]:
-                    raise ValueError(f"check input of length {x.shape[-1]}, traced {example.shape[-1]}")
-                if not _identical(tuple(module(x)), tuple(traced(x))):
-                    raise ValueError(f"the trace differs from the module on a batch of {x.shape[0]}")
+            traced = torch.jit.trace(module, example_args, check_trace=False)
+            for inputs in (example, *checks, *checks):
+                args = inputs if isinstance(inputs, tuple) else (inputs,)
+                if args[0].shape[-1] != length:
+                    raise ValueError(f"check input of length {args[0].shape[-1]}, traced {length}")
+                if not _identical(tuple(module(*args)), tuple(traced(*args))):
+                    raise ValueError(f"the trace differs from the module on a batch of {args[0].shape[0]}")
     except Exception as exc:  # noqa: BLE001 - any failure keeps the eager path, which is always right
         log.warning("%s: running eagerly, the traced step was not exact: %s", what, exc)
         return module
-    return TracedStep(traced, module, int(example.shape[-1]))
+    return TracedStep(traced, module, length)
