@@ -100,11 +100,22 @@ class SoundsStep(torch.nn.Module):
         super().__init__()
         self.features, self.net, self.router = sounds.features, sounds.net, router
         self.views = views if views is not None and views.mfcc_bits else None
+        # The sound statistics' 64-band log-mel and the MFCC view's 40-band one frame the audio alike
+        # (25 ms Hann every 10 ms, 512-point FFT): one STFT serves both, the same numbers as two.
+        logmel = getattr(self.features, "logmel", None)
+        self.shared_stft = (self.views is not None and logmel is not None and hasattr(self.features, "from_log_mel")
+                            and logmel.same_framing(self.views.logmel))
 
     def forward(self, audio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        stats = self.features(audio)
+        if self.views is None:
+            stats, z = self.features(audio), audio.new_zeros(0)
+        elif self.shared_stft:
+            power = self.features.logmel.power(audio)
+            stats = self.features.from_log_mel(self.features.logmel.from_power(power))
+            z = self.views.standardised_mfcc_of_power(power)
+        else:
+            stats, z = self.features(audio), self.views.standardised_mfcc(audio)
         sounds, sounds_code = self.net.embed(stats)
-        z = self.views.standardised_mfcc(audio) if self.views is not None else audio.new_zeros(0)
         return sounds, sounds_code, self.router(stats[:, 0]), z
 
 

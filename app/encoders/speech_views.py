@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from app.encoders.levin_mfcc import MFCC_DIM, N_MELS, SAMPLE_RATE as MFCC_RATE, downsampled_mfcc
+from app.encoders.levin_mfcc import MFCC_DIM, N_MELS, SAMPLE_RATE as MFCC_RATE, downsampled_mfcc, levin_mfcc_batch
 from app.features.logmel import LogMel
 
 PREFIX = "views."
@@ -67,6 +67,11 @@ class SpeechViews(torch.nn.Module):
         if not self.mfcc_bits:
             return None
         return (downsampled_mfcc(waves, self.logmel) - self.mfcc_mean) / self.mfcc_scale
+
+    def standardised_mfcc_of_power(self, power: torch.Tensor) -> torch.Tensor:
+        """``standardised_mfcc`` from ``self.logmel.power(waves)``, when another frontend with the same
+        framing has computed those power spectra already (the fused encoder's sound statistics)."""
+        return (levin_mfcc_batch(self.logmel.from_power(power).float()) - self.mfcc_mean) / self.mfcc_scale
 
     def forward(self, speech: torch.Tensor, z: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(speech half float, before the router's weight; the view's code values, None without the MFCC view)."""

@@ -44,8 +44,21 @@ class FilterbankSpectrogram(torch.nn.Module):
         return 1 + max(0, num_samples - self.win) // self.hop
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        return self.from_power(self.power(wave))
+
+    def power(self, wave: torch.Tensor) -> torch.Tensor:
+        """(B, T) -> (B, frames, n_fft // 2 + 1) power spectra: the part two frontends with the same
+        framing can share (:meth:`same_framing`)."""
         if wave.shape[-1] < self.win:
             wave = torch.nn.functional.pad(wave, (0, self.win - wave.shape[-1]))
         frames = wave.unfold(-1, self.win, self.hop) * self.window  # (B, F, win)
-        power = power_spectrum(torch.fft.rfft(frames, n=self.n_fft))  # (B, F, n_fft/2+1)
+        return power_spectrum(torch.fft.rfft(frames, n=self.n_fft))  # (B, F, n_fft/2+1)
+
+    def from_power(self, power: torch.Tensor) -> torch.Tensor:
+        """:meth:`power`'s output -> log band power (B, frames, bands)."""
         return torch.log(power @ self.filters + self.eps)
+
+    def same_framing(self, other: "FilterbankSpectrogram") -> bool:
+        """Whether ``other.power(wave)`` equals ``self.power(wave)`` for every wave."""
+        return (self.sample_rate, self.win, self.hop, self.n_fft) == (other.sample_rate, other.win, other.hop, other.n_fft) \
+            and torch.equal(self.window, other.window)

@@ -68,7 +68,10 @@ class TextureStats(torch.nn.Module):
         self.register_buffer("upper_cols", torch.from_numpy(cols), persistent=False)
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
-        mel = self.logmel(wave)  # (B, T, M)
+        return self.from_log_mel(self.logmel(wave))
+
+    def from_log_mel(self, mel: torch.Tensor) -> torch.Tensor:
+        """The statistics of ``self.logmel(wave)`` (B, T, M), computed elsewhere (a shared STFT)."""
         if mel.shape[1] < 3:
             raise ValueError(f"texture statistics need at least 3 frames, got {mel.shape[1]}; use a longer window")
         parts = [self.statistics(mel)]

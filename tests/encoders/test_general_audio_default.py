@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from app.encoders.registry import create_encoder, discover
 from app.settings import EncoderSettings
@@ -63,6 +64,22 @@ def test_on_cpu_both_halves_run_traced_and_answer_exactly_as_the_eager_modules(e
     for got, want in zip(traced, eager):
         np.testing.assert_array_equal(got.floats, want.floats)
         np.testing.assert_array_equal(got.codes, want.codes)
+
+
+def test_the_sound_statistics_and_the_mfcc_view_share_one_stft_with_the_same_answers(encoder) -> None:
+    sounds = encoder._eager_steps.sounds
+    assert sounds.shared_stft
+    rng = np.random.default_rng(3)
+    audio = torch.from_numpy((0.1 * rng.standard_normal((3, 16000))).astype(np.float32))
+    with torch.inference_mode():
+        shared = sounds(audio)
+        sounds.shared_stft = False
+        try:
+            separate = sounds(audio)
+        finally:
+            sounds.shared_stft = True
+    for got, want in zip(shared, separate):
+        assert torch.equal(got, want)
 
 
 @pytest.mark.system("espeak-ng")

@@ -88,3 +88,15 @@ def test_power_spectrum_is_squared_magnitude() -> None:
     reference = np.abs(values.astype(np.complex64).astype(np.complex128)) ** 2
     np.testing.assert_allclose(got.numpy(), reference, rtol=1e-6, atol=0)
     assert got[0, 0, 3].item() == 25.0
+
+
+def test_one_power_spectrum_serves_two_log_mels_with_the_same_framing(noisy_chirp: np.ndarray) -> None:
+    wave = torch.from_numpy(noisy_chirp)[None]
+    bands64, bands40 = LogMel(16000, n_mels=64), LogMel(16000, n_mels=40)
+    assert bands64.same_framing(bands40) and bands40.same_framing(bands64)
+    power = bands64.power(wave)
+    np.testing.assert_allclose(power[0].numpy(), _numpy_power_frames(noisy_chirp.astype(np.float64), 400, 160, 512),
+                               rtol=1e-3, atol=1e-5)
+    assert torch.equal(bands40.from_power(power), bands40(wave)) and torch.equal(bands64.from_power(power), bands64(wave))
+    assert not bands64.same_framing(LogMel(16000, hop_ms=12.5, n_mels=64))
+    assert not bands64.same_framing(LogMel(8000, n_mels=64))
