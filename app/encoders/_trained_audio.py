@@ -8,6 +8,7 @@ A checkpoint config holds everything needed to rebuild the encoder: the feature 
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -17,6 +18,7 @@ import torch
 from app.encoders.audio_nets import fit_to_window
 from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
+from app.encoders.traced import Step, trace_step
 from app.features.spectrogram import build_features
 
 REQUIRED_KEYS = ("family", "modality", "name", "sample_rate", "window_s", "hop_s", "features", "arch", "bits")
@@ -70,8 +72,33 @@ def take_audio_config(encoder: Encoder, config: dict[str, Any]) -> None:
     encoder.window = int(round(encoder.default_window_s * encoder.sample_rate))
 
 
+class EmbedStep(torch.nn.Module):
+    """(B, window) waveforms -> (float embedding, code values): a trained encoder's features, then its network."""
+
+    def __init__(self, features: torch.nn.Module, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.features, self.net = features, net
+
+    def forward(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.net.embed(self.features(waves))
+
+
+def example_windows(window: int) -> list[np.ndarray]:
+    """Fixed batches of ``window`` samples to trace a step on and check it with (app/encoders/traced.py):
+    sizes 2, 1 and 3 (noise, a tone, silence), the first being the one traced."""
+    rng = np.random.default_rng(0)
+    noise = (0.1 * rng.standard_normal((4, window))).astype(np.float32)
+    tone = np.sin(np.arange(window, dtype=np.float32) * 0.3)[None].astype(np.float32)
+    return [noise[:2], noise[2:3], np.concatenate([noise[3:], tone, np.zeros_like(tone)])]
+
+
 class TrainedAudioEncoder(Encoder):
-    """A trained network behind the Encoder interface: windows in, floats and codes out."""
+    """A trained network behind the Encoder interface: windows in, floats and codes out.
+
+    On CPU the features and network run as one TorchScript trace (app/encoders/traced.py), which
+    runs without the GIL: the HTTP and search threads of concurrent requests keep going while a
+    batch is encoded. It is built on the first CPU batch and must match the eager modules bit for bit.
+    """
 
     modality = "audio"
 
@@ -82,17 +109,31 @@ class TrainedAudioEncoder(Encoder):
         self.dim = int(net.dim)
         self.features = features.eval()
         self.net = net.eval()
+        self._eager_step = EmbedStep(self.features, self.net).eval()
+        self._traced_step: Step | None = None
+        self._trace_lock = threading.Lock()
 
     def to(self, device: str) -> "TrainedAudioEncoder":
         self.features.to(device)
         self.net.to(device)
         self.device = device
+        self._traced_step = None  # a trace holds the tensors of the device it was made on
         return self
+
+    def _step(self) -> Step:
+        if self.device != "cpu":
+            return self._eager_step
+        with self._trace_lock:
+            if self._traced_step is None:
+                batches = [torch.from_numpy(b) for b in example_windows(self.window)]
+                self._traced_step = trace_step(self._eager_step, batches[0], batches[1:], self.name)
+            return self._traced_step
 
     def embed_tensor(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, window) waveforms -> (float embedding, code values) tensors; no grad, eval mode."""
+        step = self._step()
         with torch.inference_mode():
-            return self.net.embed(self.features(waves.to(self.device)))
+            return step(waves.to(self.device))
 
     def encode(self, inputs: Sequence[np.ndarray]) -> Embeddings:
         floats, values = [], []

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from app.encoders._trained_audio import take_audio_config
+from app.encoders._trained_audio import EmbedStep, example_windows, take_audio_config
 from app.encoders.audio_nets import fit_to_window
 from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
@@ -119,17 +119,6 @@ class SoundsStep(torch.nn.Module):
         return sounds, sounds_code, self.router(stats[:, 0]), z
 
 
-class SpeechStep(torch.nn.Module):
-    """Windows at the speech branch's rate -> (speech float, speech code values)."""
-
-    def __init__(self, speech: Encoder) -> None:
-        super().__init__()
-        self.features, self.net = speech.features, speech.net
-
-    def forward(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.net.embed(self.features(waves))
-
-
 class JoinStep(torch.nn.Module):
     """Both halves' outputs -> (float embedding, code values): the speech views, then :func:`fuse`."""
 
@@ -164,7 +153,7 @@ class RoutedFusionEncoder(Encoder):
         self.views = views.eval() if views is not None else None
         self.dim = speech.dim + (views.extra_dim if views is not None else 0) + sounds.dim
         self.bits = speech.bits + sounds.bits  # the views' bits ride in the sounds half (fuse)
-        self._eager_steps = Steps(SoundsStep(sounds, self.router, self.views).eval(), SpeechStep(speech).eval(),
+        self._eager_steps = Steps(SoundsStep(sounds, self.router, self.views).eval(), EmbedStep(speech.features, speech.net).eval(),
                                   JoinStep(self.views).eval())
         self._traced_steps: Steps | None = None  # built on the first CPU batch (_steps)
         self._trace_lock = threading.Lock()
@@ -189,10 +178,7 @@ class RoutedFusionEncoder(Encoder):
             return self._traced_steps
 
     def _trace_steps(self) -> Steps:
-        rng = np.random.default_rng(0)
-        noise = (0.1 * rng.standard_normal((4, self.window))).astype(np.float32)
-        tone = np.sin(np.arange(self.window, dtype=np.float32) * 0.3)[None].astype(np.float32)
-        batches = [noise[:2], noise[2:3], np.concatenate([noise[3:], tone, np.zeros_like(tone)])]  # the first is traced
+        batches = example_windows(self.window)  # the first is traced, the others check it
         eager = self._eager_steps
         audio = [torch.from_numpy(b) for b in batches]
         speech_waves = [self._speech_waves(b) for b in batches]

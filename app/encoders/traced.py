@@ -5,8 +5,10 @@ chains them. A lone audio query runs ``general-audio``'s two halves on two threa
 (app/encoders/side_thread.py), and each of their ~100 small operations then waited for the other
 thread's Python: side by side, the halves took 4.3 and 4.7 ms for 1.6 and 3.5 ms of work alone. A
 traced module runs its whole graph in C++ with the GIL released, so the halves overlap for real:
-one window 5.5 -> 3.6 ms (bench/results/query_path.md). With many queries in flight, the model
-thread's GIL-free stretch also leaves the GIL to the threads doing HTTP and search.
+one window 6.3 -> 4.8 ms (bench/results/query_path.md). With many queries in flight, the model
+thread's GIL-free stretch also leaves the GIL to the threads doing HTTP and search (4 clients
+72 -> 100 queries/s). Used by every trained audio encoder (app/encoders/_trained_audio.py) and by
+the fused default's halves and their join (app/encoders/routed_fusion.py).
 
 A trace records the operations one example ran, so it is only used where that is provably the
 same computation: the step's input length is fixed (an encoder's window), its Python branches

@@ -68,3 +68,23 @@ def test_a_data_dependent_branch_is_caught_and_the_module_runs_eagerly(caplog: p
 def test_checks_of_another_length_are_refused_rather_than_trusted() -> None:
     module = Framed()
     assert trace_step(module, _rows(2, 16, 0), [_rows(2, 32, 1)], "framed") is module
+
+
+@pytest.mark.parametrize("name", ["speech-attn-hash", "sounds-texture"])
+def test_shipped_trained_encoders_run_traced_on_cpu_with_the_eager_answers(name: str) -> None:
+    from app.encoders.registry import create_encoder, discover
+
+    encoder = create_encoder(name, discover())
+    rng = np.random.default_rng(4)
+    windows = [(0.1 * rng.standard_normal(int(encoder.sample_rate * seconds))).astype(np.float32)
+               for seconds in (0.4, 1.0, 2.5, 1.0)]  # shorter and longer than the window: fitted to it
+    traced = encoder.encode(windows)
+    assert isinstance(encoder._traced_step, TracedStep)
+    encoder._traced_step = encoder._eager_step
+    eager = encoder.encode(windows)
+    np.testing.assert_array_equal(traced.floats, eager.floats)
+    np.testing.assert_array_equal(traced.codes, eager.codes)
+    encoder.to("cpu")  # a move drops the trace (it holds the old device's tensors); the next batch traces again
+    assert encoder._traced_step is None
+    np.testing.assert_array_equal(encoder.encode(windows).codes, eager.codes)
+    assert isinstance(encoder._traced_step, TracedStep)
