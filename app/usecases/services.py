@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from app.encoders.registry import discover
 from app.encoders.runtime import configure_torch
 from app.errors import Conflict, InsufficientStorage, InvalidInput, NotFound, StorageReadOnly
@@ -96,6 +98,11 @@ class Services:
                 if encoder.supports_text:
                     # the sentence encoder loads lazily; pay for it here, not in the first user's query
                     await self.encoders.encode_text(name, ["warm up"])
+                elif encoder.modality == "audio" and encoder.sample_rate and encoder.default_window_s:
+                    # a trained audio model traces itself on its first CPU batch (~0.5 s: app/encoders/traced.py);
+                    # called directly, not through the batcher, so no batch is counted in the metrics
+                    silence = np.zeros(int(round(encoder.sample_rate * encoder.default_window_s)), np.float32)
+                    await asyncio.to_thread(encoder.encode, [silence])
             except Exception as exc:  # noqa: BLE001 - readiness reports it instead of crashing
                 log.exception("encoder %s failed to load", name)
                 problems.append(f"encoder {name!r} failed to load: {exc}")

@@ -87,3 +87,22 @@ def test_background_start_answers_503_until_loaded(tmp_path, monkeypatch):
         while client.get("/readyz").status_code != 200 and time.time() < deadline:
             time.sleep(0.02)
         assert client.get("/v1/collections").status_code == 200
+
+
+def test_startup_traces_a_trained_default_audio_model_before_the_first_query(tmp_path):
+    import asyncio
+
+    from app.usecases.services import Services
+
+    async def started_encoder():
+        services = Services(make_settings(tmp_path, encoders={"default_audio": "speech-attn-hash", "default_image": "image-baseline"}))
+        await services.start()
+        try:
+            encoder = services.encoders.encoders["speech-attn-hash"]
+            return type(encoder._traced_step).__name__, services.encoders.batchers()
+        finally:
+            await services.stop()
+
+    traced, batchers = asyncio.run(started_encoder())
+    assert traced == "TracedStep"  # built at start-up, not in the first user's query
+    assert all(b.stats.batches == 0 for b in batchers)  # the warm-up is not a counted batch
