@@ -8,7 +8,6 @@ A checkpoint config holds everything needed to rebuild the encoder: the feature 
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -18,7 +17,7 @@ import torch
 from app.encoders.audio_nets import fit_to_window
 from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
-from app.encoders.traced import Step, trace_step
+from app.encoders.traced import CpuTraces, Step, trace_step
 from app.features.spectrogram import build_features
 
 REQUIRED_KEYS = ("family", "modality", "name", "sample_rate", "window_s", "hop_s", "features", "arch", "bits")
@@ -109,29 +108,22 @@ class TrainedAudioEncoder(Encoder):
         self.dim = int(net.dim)
         self.features = features.eval()
         self.net = net.eval()
-        self._eager_step = EmbedStep(self.features, self.net).eval()
-        self._traced_step: Step | None = None
-        self._trace_lock = threading.Lock()
+        self.steps = CpuTraces(EmbedStep(self.features, self.net).eval(), self._trace)
 
     def to(self, device: str) -> "TrainedAudioEncoder":
         self.features.to(device)
         self.net.to(device)
         self.device = device
-        self._traced_step = None  # a trace holds the tensors of the device it was made on
+        self.steps.reset()
         return self
 
-    def _step(self) -> Step:
-        if self.device != "cpu":
-            return self._eager_step
-        with self._trace_lock:
-            if self._traced_step is None:
-                batches = [torch.from_numpy(b) for b in example_windows(self.window)]
-                self._traced_step = trace_step(self._eager_step, batches[0], batches[1:], self.name)
-            return self._traced_step
+    def _trace(self) -> Step:
+        batches = [torch.from_numpy(b) for b in example_windows(self.window)]
+        return trace_step(self.steps.eager, batches[0], batches[1:], self.name)
 
     def embed_tensor(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, window) waveforms -> (float embedding, code values) tensors; no grad, eval mode."""
-        step = self._step()
+        step = self.steps.get(self.device)
         with torch.inference_mode():
             return step(waves.to(self.device))
 

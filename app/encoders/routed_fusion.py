@@ -31,7 +31,6 @@ strictly. A checkpoint without them (versions 1 and 2) loads and answers exactly
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -44,7 +43,7 @@ from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
 from app.encoders.side_thread import run_beside, spare_core
 from app.encoders.speech_views import PREFIX as VIEWS_PREFIX, SpeechViews, views_from_config
-from app.encoders.traced import Step, trace_step
+from app.encoders.traced import CpuTraces, Step, trace_step
 
 FAMILY = "routed-fusion"
 BRANCHES = ("speech", "sounds")
@@ -153,10 +152,9 @@ class RoutedFusionEncoder(Encoder):
         self.views = views.eval() if views is not None else None
         self.dim = speech.dim + (views.extra_dim if views is not None else 0) + sounds.dim
         self.bits = speech.bits + sounds.bits  # the views' bits ride in the sounds half (fuse)
-        self._eager_steps = Steps(SoundsStep(sounds, self.router, self.views).eval(), EmbedStep(speech.features, speech.net).eval(),
-                                  JoinStep(self.views).eval())
-        self._traced_steps: Steps | None = None  # built on the first CPU batch (_steps)
-        self._trace_lock = threading.Lock()
+        self.steps = CpuTraces(Steps(SoundsStep(sounds, self.router, self.views).eval(),
+                                     EmbedStep(speech.features, speech.net).eval(), JoinStep(self.views).eval()),
+                               self._trace_steps)
 
     def to(self, device: str) -> "RoutedFusionEncoder":
         self.speech.to(device)
@@ -165,21 +163,13 @@ class RoutedFusionEncoder(Encoder):
         if self.views is not None:
             self.views.to(device)
         self.device = device
-        self._traced_steps = None  # traces hold the tensors of the device they were made on
+        self.steps.reset()
         return self
 
-    def _steps(self) -> Steps:
-        """The steps, traced on CPU so they run without the GIL (app/encoders/traced.py); eager elsewhere."""
-        if self.device != "cpu":
-            return self._eager_steps
-        with self._trace_lock:
-            if self._traced_steps is None:
-                self._traced_steps = self._trace_steps()
-            return self._traced_steps
-
     def _trace_steps(self) -> Steps:
+        """The steps traced, so on CPU they run without the GIL (app/encoders/traced.py)."""
         batches = example_windows(self.window)  # the first is traced, the others check it
-        eager = self._eager_steps
+        eager = self.steps.eager
         audio = [torch.from_numpy(b) for b in batches]
         speech_waves = [self._speech_waves(b) for b in batches]
         with torch.no_grad():
@@ -202,7 +192,7 @@ class RoutedFusionEncoder(Encoder):
 
     def embed_batch(self, waves: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(B, window) float32 at the service rate -> (floats, code values, p(speech)) tensors."""
-        steps = self._steps()
+        steps = self.steps.get(self.device)
 
         def sounds_half() -> tuple[torch.Tensor, ...]:
             with torch.inference_mode():

@@ -19,8 +19,9 @@ module on the example and on other batch sizes. Any failure keeps the eager modu
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
-from typing import Callable, Sequence
+from typing import Callable, Generic, Sequence, TypeVar
 
 import torch
 
@@ -75,3 +76,35 @@ def trace_step(module: torch.nn.Module, example: Inputs, checks: Sequence[Inputs
         log.warning("%s: running eagerly, the traced step was not exact: %s", what, exc)
         return module
     return TracedStep(traced, module, length)
+
+
+S = TypeVar("S")
+
+
+class CpuTraces(Generic[S]):
+    """An encoder's steps: traced once, on the first CPU call (``build``), and eager on any other device.
+
+    A device move must call :meth:`reset`: a trace holds the tensors of the device it was made on.
+    """
+
+    def __init__(self, eager: S, build: Callable[[], S]) -> None:
+        self.eager, self._build = eager, build
+        self._traced: S | None = None
+        self._lock = threading.Lock()
+
+    def get(self, device: str) -> S:
+        if device != "cpu":
+            return self.eager
+        with self._lock:
+            if self._traced is None:
+                self._traced = self._build()
+            return self._traced
+
+    def reset(self) -> None:
+        with self._lock:
+            self._traced = None
+
+    @property
+    def built(self) -> S | None:
+        """The traced steps, or None before the first CPU call (tests and warm-up checks read it)."""
+        return self._traced

@@ -99,7 +99,7 @@ def test_startup_traces_a_trained_default_audio_model_before_the_first_query(tmp
         await services.start()
         try:
             encoder = services.encoders.encoders["speech-attn-hash"]
-            return type(encoder._traced_step).__name__, services.encoders.batchers()
+            return type(encoder.steps.built).__name__, services.encoders.batchers()
         finally:
             await services.stop()
 

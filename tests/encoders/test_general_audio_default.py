@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from app.encoders.registry import create_encoder, discover
+from app.encoders.traced import CpuTraces
 from app.settings import EncoderSettings
 
 SPEECH_HALF = 256  # trained speech bits; a speech window's MFCC bits are the next 64 (version 3)
@@ -56,20 +57,20 @@ def test_on_cpu_both_halves_run_traced_and_answer_exactly_as_the_eager_modules(e
     for _ in range(12):  # past the runs after which TorchScript may optimise a graph: still the same numbers
         encoder.encode(windows)
     traced = [encoder.encode(windows), encoder.encode(windows[:1]), encoder.encode(windows[2:3])]
-    assert all(type(step).__name__ == "TracedStep" for step in encoder._steps())
-    saved = encoder._traced_steps
-    encoder._traced_steps = encoder._eager_steps
+    assert all(type(step).__name__ == "TracedStep" for step in encoder.steps.built)
+    steps = encoder.steps
+    encoder.steps = CpuTraces(steps.eager, lambda: steps.eager)  # the same encoder, eager on CPU too
     try:
         eager = [encoder.encode(windows), encoder.encode(windows[:1]), encoder.encode(windows[2:3])]
     finally:
-        encoder._traced_steps = saved
+        encoder.steps = steps
     for got, want in zip(traced, eager):
         np.testing.assert_array_equal(got.floats, want.floats)
         np.testing.assert_array_equal(got.codes, want.codes)
 
 
 def test_the_sound_statistics_and_the_mfcc_view_share_one_stft_with_the_same_answers(encoder) -> None:
-    sounds = encoder._eager_steps.sounds
+    sounds = encoder.steps.eager.sounds
     assert sounds.shared_stft
     rng = np.random.default_rng(3)
     audio = torch.from_numpy((0.1 * rng.standard_normal((3, 16000))).astype(np.float32))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.encoders.traced import TracedStep, trace_step
+from app.encoders.traced import CpuTraces, TracedStep, trace_step
 
 
 class Framed(torch.nn.Module):
@@ -79,12 +79,14 @@ def test_shipped_trained_encoders_run_traced_on_cpu_with_the_eager_answers(name:
     windows = [(0.1 * rng.standard_normal(int(encoder.sample_rate * seconds))).astype(np.float32)
                for seconds in (0.4, 1.0, 2.5, 1.0)]  # shorter and longer than the window: fitted to it
     traced = encoder.encode(windows)
-    assert isinstance(encoder._traced_step, TracedStep)
-    encoder._traced_step = encoder._eager_step
+    assert isinstance(encoder.steps.built, TracedStep)
+    steps = encoder.steps
+    encoder.steps = CpuTraces(steps.eager, lambda: steps.eager)  # the same encoder, eager on CPU too
     eager = encoder.encode(windows)
+    encoder.steps = steps
     np.testing.assert_array_equal(traced.floats, eager.floats)
     np.testing.assert_array_equal(traced.codes, eager.codes)
     encoder.to("cpu")  # a move drops the trace (it holds the old device's tensors); the next batch traces again
-    assert encoder._traced_step is None
+    assert encoder.steps.built is None
     np.testing.assert_array_equal(encoder.encode(windows).codes, eager.codes)
-    assert isinstance(encoder._traced_step, TracedStep)
+    assert isinstance(encoder.steps.built, TracedStep)
