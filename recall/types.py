@@ -136,6 +136,7 @@ class SearchParams(TypedDict, total=False):
     max_distance: float
     segments_per_item: int
     nms_iou: float
+    item_distance: Literal["mean", "min"]
     rerank: bool
     rerank_top: int
 

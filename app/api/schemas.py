@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Mode = Literal["binary", "float", "two_stage"]
+ItemDistance = Literal["mean", "min"]
 
 
 class CollectionCreate(BaseModel):
@@ -79,6 +80,11 @@ class SearchRequest(BaseModel):
     max_distance: float | None = Field(None, ge=0)
     segments_per_item: int = Field(3, ge=1, le=100)
     nms_iou: float = Field(0.3, ge=0, le=1)
+    item_distance: ItemDistance = Field(
+        "mean", description="how an audio item's distance combines the query's windows: `mean` averages each query "
+        "window's distance to its nearest segment of the item (every part of the query must match somewhere); `min` "
+        "takes the single nearest pair. The same for a query of one window",
+    )
     rerank: bool = True
     rerank_top: int = Field(100, ge=1, le=1000)
     partial: bool = Field(

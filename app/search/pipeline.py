@@ -4,9 +4,12 @@ Modes:
   binary     Hamming distance over packed codes.
   float      cosine distance (1 - inner product of unit vectors).
   two_stage  Hamming shortlist of k x oversample segments, then exact cosine on those.
-An item's distance is the minimum over its segments and over the query's windows. Each result
-lists its best segments after non-maximum suppression: every place a term occurs in a long
-recording, not only the best one.
+An item's distance combines its segments' distances to the query's windows (``item_distance``):
+``mean`` (the default) averages, over the query's windows, each window's distance to its nearest
+segment of the item, so every part of a multi-window query must match somewhere; ``min`` takes the
+single nearest pair. For a one-window query the two are the same. Each result lists its best
+segments after non-maximum suppression: every place a term occurs in a long recording, not only
+the best one.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from app.search.ranking import (
     ItemHit,
     cosine_distance,
     group_by_item,
-    hamming,
+    mean_of_nearest,
     non_maximum_suppression,
+    pair_distances,
     score_of,
     similarity_to_distance,
 )
@@ -53,6 +57,7 @@ class SearchOptions:
     nms_iou: float = 0.3
     rerank: bool = True
     rerank_top: int = 100
+    item_distance: str = "mean"  # "mean" | "min": how an item combines the query windows' distances
 
 
 @dataclass
@@ -171,20 +176,54 @@ def _rank(
     and a deeper scan may find more. Runs on a worker thread (catalog reads)."""
     segment_items = catalog.segment_items(collection.name, np.fromiter(distances, np.int64, len(distances)))
     hits = [h for h in group_by_item(distances, segment_items) if h.item_id != query.exclude_item]
+    # an item's nearest pair is a lower bound of its mean distance, so this cut is safe for both rules
     if options.max_distance is not None:
         hits = [h for h in hits if h.distance <= options.max_distance]
     if options.filter and hits:
         hits = _apply_filter(catalog, collection.name, hits, options.filter)
+    if collection.modality == "audio" and _averages_windows(query, options):
+        hits = _rescored_by_mean(catalog, collection, query, options, hits)
+        if options.max_distance is not None:
+            hits = [h for h in hits if h.distance <= options.max_distance]
     if len(hits) < options.k and not last:
         return None
     hits = hits[: options.k]
-    if collection.modality == "audio":  # an image is one segment: nothing more to locate
-        _occurrences(catalog, collection, query, options, hits)
+    if collection.modality == "audio" and not _averages_windows(query, options):
+        _locate(catalog, collection, query, options, hits)  # an image is one segment: nothing to locate
     if with_items and hits:
         items = catalog.items_by_id(collection.name, [h.item_id for h in hits])
         for hit in hits:
             hit.item = items.get(hit.item_id, {})
     return hits
+
+
+def _averages_windows(query: Query, options: SearchOptions) -> bool:
+    """Whether items are ranked by the mean rule: asked for, and the query has several windows
+    (for one window the mean is the minimum, and the scan's distances are already exact)."""
+    return options.item_distance == "mean" and len(query.floats) > 1
+
+
+# The mean rule re-scores the items the scan found, nearest pair first: at most this many times k
+# of them, and once this many of their windows have been read, no further chunk of k (a 10-minute
+# recording has 1,200 windows; the first k items are always read, as their occurrences need them).
+# An item outside the pool has no window among the nearest segments to any query window, so its
+# mean distance is almost surely worse than the pool's.
+MEAN_POOL_ITEMS = 4
+MEAN_POOL_WINDOWS = 4096
+
+
+def _rescored_by_mean(catalog: Catalog, collection: Collection, query: Query, options: SearchOptions, hits: list[ItemHit]) -> list[ItemHit]:
+    """The pool's items with their exact mean distances and occurrences, nearest first."""
+    pool = hits[: options.k * MEAN_POOL_ITEMS]
+    located: list[ItemHit] = []
+    windows = 0
+    for start in range(0, len(pool), options.k):
+        chunk = pool[start : start + options.k]
+        windows += _locate(catalog, collection, query, options, chunk)
+        located += chunk
+        if windows >= MEAN_POOL_WINDOWS:
+            break
+    return sorted(located, key=lambda h: (h.distance, h.item_id))
 
 
 def _scan_plan(index: CollectionIndex, options: SearchOptions, depth: int) -> tuple[str, int]:
@@ -250,25 +289,30 @@ def _apply_filter(catalog: Catalog, collection: str, hits: list[ItemHit], wanted
     return [h for h in hits if all(items.get(h.item_id, {}).get("metadata", {}).get(k) == v for k, v in wanted.items())]
 
 
-def _occurrences(catalog: Catalog, collection: Collection, query: Query, options: SearchOptions, hits: list[ItemHit]) -> None:
-    """Replace each hit's segments with all its windows' exact distances after NMS."""
+def _locate(catalog: Catalog, collection: Collection, query: Query, options: SearchOptions, hits: list[ItemHit]) -> int:
+    """Give each hit its occurrences (all its windows' exact distances, after NMS) and its exact
+    distance under the item rule; returns how many windows were read."""
     mode = "binary" if options.mode == "binary" else "float"
     # every hit's windows in one catalog round trip (a query per hit cost ~0.1 ms each)
     segments_of = catalog.segments_of_items(collection.name, [h.item_id for h in hits], collection.dim, collection.bits)
-    empty = (np.zeros(0, np.int64), np.zeros((0, 2)), np.zeros((0, collection.dim), np.float32),
-             np.zeros((0, collection.bits // 8), np.uint8))
+    mean_rule = _averages_windows(query, options)
+    windows = 0
     for hit in hits:
-        _, times, floats, codes = segments_of.get(hit.item_id, empty)
-        if mode == "binary":
-            dist = hamming(query.codes, codes).min(axis=0).astype(np.float64)
-        else:
-            dist = cosine_distance(query.floats, floats).min(axis=0)
-        segments = [(float(s), float(e), float(d)) for (s, e), d in zip(times, dist)]
+        if hit.item_id not in segments_of:  # deleted since the scan
+            hit.segments = []
+            continue
+        _, times, floats, codes = segments_of[hit.item_id]
+        windows += len(times)
+        pairs = pair_distances(query.codes, codes) if mode == "binary" else pair_distances(query.floats, floats)
+        segments = [(float(s), float(e), float(d)) for (s, e), d in zip(times, pairs.min(axis=0))]
         if options.max_distance is not None:
             segments = [s for s in segments if s[2] <= options.max_distance]
         hit.segments = non_maximum_suppression(segments, options.nms_iou, options.segments_per_item)
-        if hit.segments:
+        if mean_rule:
+            hit.distance = mean_of_nearest(pairs)
+        elif hit.segments:
             hit.distance = hit.segments[0][2]
+    return windows
 
 
 def to_results(hits: list[ItemHit], items: dict[str, dict[str, Any]], mode: str, bits: int, rerank_scores: dict[str, float] | None = None) -> list[dict[str, Any]]:

@@ -39,6 +39,7 @@ class SearchParams(Protocol):
     max_distance: float | None
     segments_per_item: int
     nms_iou: float
+    item_distance: str
     rerank: bool
     rerank_top: int
     partial: bool
@@ -139,6 +140,7 @@ async def _run_search(
         max_distance=params.max_distance,
         segments_per_item=params.segments_per_item,
         nms_iou=params.nms_iou,
+        item_distance=params.item_distance,
     )
     t = time.perf_counter()
     # without re-ranking the hits are final: their catalog rows come in the search's own thread call

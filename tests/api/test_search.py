@@ -124,3 +124,23 @@ def test_multipart_parts_are_closed_after_search_and_ingest(client):
     assert search.json()["results"][0]["id"] == "a.wav"
     unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning) and "Unclosed file" in str(w.message)]
     assert unclosed == []
+
+
+def test_item_distance_rule_is_a_search_parameter(client):
+    """A 2-s query (a 250 Hz second, then a 2500 Hz second) against items of each half and of both:
+    by the mean rule the item holding both sounds ranks first; by the nearest pair it need not."""
+    client.post("/v1/collections", json={"name": "two", "modality": "audio", "window_s": 1.0, "hop_s": 0.5})
+    both = np.concatenate([0.3 * np.sin(2 * np.pi * f * np.arange(16000) / 16000) for f in (250, 2500)])
+    files = [("files", ("low.wav", tone_wav(250, seconds=2.0))), ("files", ("both.wav", wave_bytes(both)))]
+    assert client.post("/v1/collections/two/items", files=files).status_code == 200
+    query = wave_bytes(both[::-1].copy())  # the same two sounds, in the other order
+    by_mean = client.post("/v1/collections/two/search", files={"file": ("q.wav", query)}, data={"mode": "float"})
+    by_min = client.post("/v1/collections/two/search", files={"file": ("q.wav", query)},
+                         data={"mode": "float", "item_distance": "min"})
+    assert by_mean.status_code == by_min.status_code == 200, (by_mean.text, by_min.text)
+    assert by_mean.json()["results"][0]["id"] == "both.wav"
+    mean_low = next(r for r in by_mean.json()["results"] if r["id"] == "low.wav")["distance"]
+    min_low = next(r for r in by_min.json()["results"] if r["id"] == "low.wav")["distance"]
+    assert mean_low > min_low  # low.wav matches only the query's low half
+    bad = client.post("/v1/collections/two/search", json={"item_id": "low.wav", "item_distance": "max"})
+    assert bad.status_code == 422 and "item_distance" in bad.text
