@@ -4,8 +4,11 @@
 
 Writes reports/audio/generalisation.{json,md}. The protocol is what a user of the service gets:
 an audio collection with the encoder's default window and hop, every clip searches the others
-(leave-one-out), an item scores its best pair of windows, relevant = same label. MAP is reported
-for float (cosine) and Hamming search. Sets (held-out lists in app/training/general_audio.py):
+(leave-one-out), relevant = same label, and clips are windowed and ranked as the service does by
+default: silent windows skipped (``app.features.windows.audible``) and ``item_distance = mean`` (each of
+the query's windows scores its best window of the item, averaged over the query's windows). The
+``*_before`` keys hold the service's rule before 2026-11-26: every window, the best pair of windows.
+MAP is reported for float (cosine) and Hamming search. Sets (held-out lists in app/training/general_audio.py):
 
 - ``asc_unseen_speakers``: Arabic keywords trained on, said by 5 speakers no model trained on;
 - ``asc_unseen_words``: the 8 keywords held out of training, by the same unseen speakers;
@@ -33,9 +36,9 @@ import numpy as np
 
 from app.encoders.base import Encoder
 from app.eval.audio_baselines import BASELINES
-from app.features.windows import cut_windows
+from app.features.windows import audible, cut_windows
 from app.training import general_audio as recipe
-from app.training.retrieval import best_window_scores, retrieval_metrics
+from app.training.retrieval import best_window_scores, mean_window_scores, retrieval_metrics
 
 RATE = 16000
 CORPUS_OF = {"asc_unseen_speakers": "asc", "asc_unseen_words": "asc", "fsdd_unseen_speakers": "fsdd",
@@ -75,29 +78,41 @@ def load_clips(paths: list[Path]) -> list[np.ndarray]:
     return load_waves([Record(str(p), "") for p in paths], RATE, cache_dir="/tmp/recall-audio-cache")
 
 
-def item_scores(window_sims: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
-    """(items, items) best-window-pair similarity from (windows, windows) similarities."""
+def best_pair_scores(window_sims: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+    """(items, items) best-window-pair similarity from (windows, windows) similarities
+    (``item_distance = min``)."""
     per_query_window = best_window_scores(window_sims, owner, n)  # (windows, items)
     return best_window_scores(per_query_window.T, owner, n).T
 
 
-def qbe_map(floats: np.ndarray, signs: np.ndarray | None, owner: np.ndarray, labels: list[str]) -> dict[str, float]:
+def qbe_map(floats: np.ndarray, signs: np.ndarray | None, owner: np.ndarray, labels: list[str],
+            audible: np.ndarray | None = None) -> dict[str, float]:
+    """MAP as the service ranks now (``audible`` windows only, the mean rule) and before (every
+    window, the best pair: ``*_before``)."""
     labels_arr, n = np.asarray(labels), len(labels)
+    keep = np.ones(len(owner), bool) if audible is None else audible
     unit = floats / np.maximum(np.linalg.norm(floats, axis=1, keepdims=True), 1e-12)
-    out = {"float": retrieval_metrics(item_scores(unit @ unit.T, owner, n), labels_arr)["map"]}
+    sims = {"float": unit @ unit.T}
     if signs is not None:
         # -Hamming distance = (s.s - bits) / 2: the same order as the service's Hamming search
-        out["hamming"] = retrieval_metrics(item_scores(signs @ signs.T, owner, n), labels_arr)["map"]
+        sims["hamming"] = signs @ signs.T
+    out = {}
+    for kind, sim in sims.items():
+        now = mean_window_scores(sim[np.ix_(keep, keep)], owner[keep], n)
+        out[kind] = retrieval_metrics(now, labels_arr)["map"]
+        out[kind + "_before"] = retrieval_metrics(best_pair_scores(sim, owner, n), labels_arr)["map"]
     return {k: round(float(v), 4) for k, v in out.items()}
 
 
-def windowed(clips: list[np.ndarray], window_s: float, hop_s: float) -> tuple[list[np.ndarray], np.ndarray]:
-    flat, owner = [], []
+def windowed(clips: list[np.ndarray], window_s: float, hop_s: float) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Every window of every clip, the clip each came from, and which ones the service keeps."""
+    flat, owner, keep = [], [], []
     for i, clip in enumerate(clips):
         windows = cut_windows(clip, RATE, window_s, hop_s)[0]
         flat += windows
         owner += [i] * len(windows)
-    return flat, np.asarray(owner)
+        keep.append(audible(windows))
+    return flat, np.asarray(owner), np.concatenate(keep)
 
 
 def encoder_system(encoder: Encoder) -> tuple[Callable, float, float]:
@@ -118,10 +133,10 @@ def baseline_system(fn: Callable) -> tuple[Callable, float, float]:
 
 def score(system: tuple[Callable, float, float], clips: list[np.ndarray], labels: list[str]) -> dict[str, Any]:
     embed, window_s, hop_s = system
-    flat, owner = windowed(clips, window_s, hop_s)
+    flat, owner, keep = windowed(clips, window_s, hop_s)
     started = time.perf_counter()
     floats, signs = embed(flat)
-    result: dict[str, Any] = qbe_map(floats, signs, owner, labels)
+    result: dict[str, Any] = qbe_map(floats, signs, owner, labels, keep)
     result["embed_s"] = round(time.perf_counter() - started, 2)
     return result
 
@@ -147,6 +162,17 @@ def markdown(report: dict[str, Any]) -> str:
             r = row.get(s)
             cells.append("" if r is None else f"{r['float']:.3f}" + (f" / {r['hamming']:.3f}" if "hamming" in r else ""))
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    multi = [s for s in sets if any("float_before" in row.get(s, {}) and row[s]["float_before"] != row[s]["float"]
+                                    for row in report["results"].values())]
+    if multi:  # sets with clips of several windows or with silent windows: the two rules differ there
+        lines += ["", "The same systems as the service ranked before 2026-11-26: every window indexed (silent ones "
+                  "too) and an item scored by its nearest pair of windows (`item_distance = min`). The sets not "
+                  "shown have one audible window per clip, where both agree:", "",
+                  "| system | " + " | ".join(multi) + " |", "|---|" + "---|" * len(multi)]
+        for system, row in report["results"].items():
+            cells = [f"{row[s]['float_before']:.3f}" + (f" / {row[s]['hamming_before']:.3f}" if "hamming_before" in row[s] else "")
+                     if s in row and "float_before" in row[s] else "" for s in multi]
+            lines.append(f"| {system} | " + " | ".join(cells) + " |")
     if report.get("loco_note"):
         lines += ["", f"Leave-one-corpus-out: {report['loco_note']}."]
     lines += ["", "Sets: " + "; ".join(f"`{s}` {v['clips']} clips, {v['labels']} labels" for s, v in report["sets"].items()), ""]

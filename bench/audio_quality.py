@@ -33,7 +33,7 @@ from app.encoders.base import Encoder
 from app.encoders.checkpoint import read_config
 from app.encoders.registry import create_encoder, discover
 from app.eval import metrics as eval_metrics
-from app.features.windows import cut_windows
+from app.features.windows import cut_audible_windows, cut_windows
 from app.search.ranking import non_maximum_suppression
 from app.training.audio_data import Record, load_waves, read_manifest
 from app.training.augment import eval_window
@@ -185,7 +185,8 @@ def localisation(encoders: dict[str, Encoder], records: list[Record], seed: int 
         for rec in recordings:
             parts = [waves[i] for i in rec["parts"]]
             starts.append(np.cumsum([0] + [len(p) for p in parts]) / sr)
-            windows.append(cut_windows(np.concatenate(parts), sr, encoder.default_window_s, encoder.default_hop_s))
+            # the windows the service indexes: silent ones skipped
+            windows.append(cut_audible_windows(np.concatenate(parts), sr, encoder.default_window_s, encoder.default_hop_s))
         per_recording = [encoder.encode(w) for w, _ in windows]
         query_emb = encoder.encode([waves[q] for _, q, _ in plan])
         result = {}

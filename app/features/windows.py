@@ -28,3 +28,31 @@ def cut_windows(wave: np.ndarray, sample_rate: int, window_s: float, hop_s: floa
     bounds = window_bounds(len(wave), sample_rate, window_s, hop_s)
     times = np.asarray(bounds, dtype=np.float64) / sample_rate
     return [wave[s:e] for s, e in bounds], times
+
+
+# A window whose RMS level is under -60 dBFS holds (near) digital silence: padding, gaps between
+# takes, a muted stretch. Every such window matches every other almost exactly, so indexed they make
+# all padded clips look alike (on 5 s ESC-50 clips, zero-padded after the sound, skipping them lifted
+# the default encoder's MAP on unseen classes from 0.738 to 0.758; any threshold from -70 to -50 dBFS
+# gave the same). Speech or sound at that level is inaudible.
+SILENCE_DBFS = -60.0
+
+
+def audible(windows: list[np.ndarray]) -> np.ndarray:
+    """Mask of the windows louder than ``SILENCE_DBFS``; when none is, the loudest one stays, so
+    every clip keeps at least one window."""
+    levels = np.array([float(np.sqrt(np.mean(np.square(w, dtype=np.float64)))) if len(w) else 0.0 for w in windows])
+    keep = levels >= 10.0 ** (SILENCE_DBFS / 20.0)
+    if len(levels) and not keep.any():
+        keep[int(np.argmax(levels))] = True
+    return keep
+
+
+def cut_audible_windows(wave: np.ndarray, sample_rate: int, window_s: float, hop_s: float) -> tuple[list[np.ndarray], np.ndarray]:
+    """:func:`cut_windows` without the silent windows (see :func:`audible`): what the service
+    indexes and queries with."""
+    windows, times = cut_windows(wave, sample_rate, window_s, hop_s)
+    keep = audible(windows)
+    if keep.all():
+        return windows, times
+    return [w for w, k in zip(windows, keep) if k], times[keep]

@@ -33,6 +33,17 @@ def best_window_scores(window_scores: np.ndarray, owner: np.ndarray, n_items: in
     return best
 
 
+def mean_window_scores(window_scores: np.ndarray, owner: np.ndarray, n_items: int) -> np.ndarray:
+    """(items, items) scores from (windows, windows) ones by the service's default item rule
+    (``item_distance = mean``): each of the query item's windows scores its best window of the
+    other item, and the query item's windows are averaged. ``owner`` maps windows to items on both sides.
+    """
+    per_query_window = best_window_scores(window_scores, owner, n_items)  # (windows, items)
+    total = np.zeros((n_items, n_items))
+    np.add.at(total, owner, per_query_window)
+    return total / np.bincount(owner, minlength=n_items)[:, None]
+
+
 def _ranked_hits(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """(n, n-1) relevance of each query's ranking, itself excluded; ties broken by index (stable)."""
     n = len(labels)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from app.errors import InsufficientStorage, InvalidInput, ServiceError, StorageReadOnly
-from app.features.windows import cut_windows
+from app.features.windows import cut_audible_windows
 from app.media.decode import Upload, decode_media
 from app.storage.catalog import NewItem
 from app.usecases.services import CollectionState, Services
@@ -49,7 +49,7 @@ async def prepare(services: Services, state: CollectionState, upload: Upload) ->
     duration = width = height = None
     if collection.modality == "audio":
         assert encoder.sample_rate and collection.window_s and collection.hop_s
-        windows, times = cut_windows(media, encoder.sample_rate, collection.window_s, collection.hop_s)
+        windows, times = cut_audible_windows(media, encoder.sample_rate, collection.window_s, collection.hop_s)
         duration = len(media) / encoder.sample_rate
     else:
         windows, times = [media], np.zeros((1, 2))

@@ -17,7 +17,7 @@ import numpy as np
 
 from app.encoders.side_thread import in_flight
 from app.errors import InvalidInput
-from app.features.windows import cut_windows
+from app.features.windows import cut_audible_windows
 from app.media.audio import decode_audio, uses_fast_path
 from app.media.decode import Upload, decode_media
 from app.search.pipeline import Query, SearchOptions, search, to_results
@@ -88,7 +88,7 @@ async def build_query(
     timings["decode_ms"] = (time.perf_counter() - t) * 1000
     if collection.modality == "audio":
         assert encoder.sample_rate and collection.window_s and collection.hop_s
-        inputs, _ = cut_windows(media, encoder.sample_rate, collection.window_s, collection.hop_s)
+        inputs, _ = cut_audible_windows(media, encoder.sample_rate, collection.window_s, collection.hop_s)
     else:
         inputs = [media]
     t = time.perf_counter()

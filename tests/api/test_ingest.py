@@ -107,3 +107,16 @@ def test_ids_with_slashes_and_spaces_work_everywhere(client):
     assert client.get("/v1/collections/a/items/sub dir/x.wav/media").content == data
     assert client.delete("/v1/collections/a/items/sub dir/x.wav").status_code == 204
     assert client.get("/v1/collections/a").json()["items"] == 0
+
+
+def test_silent_windows_are_not_indexed(client):
+    """A 1 s tone then 2 s of digital silence: only the two windows that hear the tone are indexed;
+    a file of pure silence still becomes an item with one segment."""
+    _audio(client, window_s=1.0, hop_s=0.5)
+    wave = np.concatenate([0.3 * np.sin(2 * np.pi * 440 * np.arange(16000) / 16000), np.zeros(32000)])
+    files = [("files", ("padded.wav", wave_bytes(wave))), ("files", ("silence.wav", wave_bytes(np.zeros(24000))))]
+    assert client.post("/v1/collections/a/items", files=files).status_code == 200
+    assert client.get("/v1/collections/a/items/padded.wav").json()["segments"] == 2
+    assert client.get("/v1/collections/a/items/silence.wav").json()["segments"] == 1
+    hits = client.post("/v1/collections/a/search", files={"file": ("q.wav", wave_bytes(wave))}, data={"mode": "float"}).json()["results"]
+    assert hits[0]["id"] == "padded.wav" and all(s["start"] < 1.0 for s in hits[0]["segments"])

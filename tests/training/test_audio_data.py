@@ -10,7 +10,7 @@ import soundfile as sf
 
 from app.training.audio_data import Record, load_waves, mu_law_decode, mu_law_encode, read_manifest, read_pack, split_records, write_pack
 from app.training.augment import AugmentConfig, add_noise, augmented_copy, change_speed, eval_window, training_window
-from app.training.retrieval import best_window_scores, cosine_scores, hamming_scores, retrieval_metrics
+from app.training.retrieval import best_window_scores, cosine_scores, hamming_scores, mean_window_scores, retrieval_metrics
 from app.training.samplers import LabelIndex, pair_batch, triplet_batch
 
 
@@ -160,3 +160,20 @@ def test_an_item_scores_its_best_window() -> None:
     expected = np.array([[0.9, 0.3, 0.5],
                          [0.7, 0.8, 0.6]])
     np.testing.assert_array_equal(best_window_scores(window_scores, owner, 3), expected)
+
+
+def test_the_mean_rule_averages_each_query_window_best_match() -> None:
+    # 4 windows of 2 items (item 0: windows 0, 1; item 1: windows 2, 3), symmetric similarities
+    sims = np.array([[1.0, 0.2, 0.9, 0.1],
+                     [0.2, 1.0, 0.3, 0.4],
+                     [0.9, 0.3, 1.0, 0.5],
+                     [0.1, 0.4, 0.5, 1.0]])
+    owner = np.array([0, 0, 1, 1])
+    # item 0 -> item 1: window 0's best is 0.9, window 1's 0.4: mean 0.65; item 1 -> item 0: 0.9 and 0.4
+    expected = np.array([[1.0, 0.65],
+                         [0.65, 1.0]])
+    np.testing.assert_allclose(mean_window_scores(sims, owner, 2), expected)
+    sims[1, 3] = sims[3, 1] = -0.4  # item 1's window 3 now matches item 0's window 0 best (0.1)
+    expected = np.array([[1.0, (0.9 + 0.3) / 2],
+                         [(0.9 + 0.1) / 2, 1.0]])
+    np.testing.assert_allclose(mean_window_scores(sims, owner, 2), expected)
