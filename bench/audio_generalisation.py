@@ -172,7 +172,8 @@ def markdown(report: dict[str, Any]) -> str:
         for system, row in report["results"].items():
             cells = [f"{row[s]['float_before']:.3f}" + (f" / {row[s]['hamming_before']:.3f}" if "hamming_before" in row[s] else "")
                      if s in row and "float_before" in row[s] else "" for s in multi]
-            lines.append(f"| {system} | " + " | ".join(cells) + " |")
+            if any(cells):
+                lines.append(f"| {system} | " + " | ".join(cells) + " |")
     if report.get("loco_note"):
         lines += ["", f"Leave-one-corpus-out: {report['loco_note']}."]
     lines += ["", "Sets: " + "; ".join(f"`{s}` {v['clips']} clips, {v['labels']} labels" for s, v in report["sets"].items()), ""]
