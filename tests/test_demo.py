@@ -82,9 +82,13 @@ def test_an_english_digit_finds_other_speakers_saying_it(demo_client: TestClient
 
 
 def test_a_sound_finds_other_recordings_of_its_kind(demo_client: TestClient) -> None:
-    for kind in ("crying-baby", "crackling-fire"):  # distinct enough to come first every time
-        for take in (1, 2, 3):
-            assert _search(demo_client, AUDIO_COLLECTION, item_id=f"{kind}-{take}", k=1)[0]["id"].startswith(kind)
+    for take in (1, 2, 3):  # distinct enough to come first every time
+        assert _search(demo_client, AUDIO_COLLECTION, item_id=f"crackling-fire-{take}", k=1)[0]["id"].startswith("crackling-fire")
+    for take in (1, 2, 3):
+        # a crying baby and a barking dog are both vocalisations: the other takes come first or second
+        # (by the mean rule, crying-baby-1 finds dog-3, then crying-baby-3; by the nearest pair the other way round)
+        found = [r["id"] for r in _search(demo_client, AUDIO_COLLECTION, item_id=f"crying-baby-{take}", k=3)]
+        assert sum(i.startswith("crying-baby") for i in found) == 2, found
     for kind in ("dog", "rain", "clock-tick", "helicopter"):  # the weaker kinds: one other take in the top 4
         found = [r["id"] for r in _search(demo_client, AUDIO_COLLECTION, item_id=f"{kind}-1", k=4)]
         assert any(i.startswith(kind) for i in found), (kind, found)
