@@ -1,9 +1,10 @@
 import json
 
+import numpy as np
 import pytest
 
 from app.cli import main
-from tests.conftest import make_settings, tone_wav
+from tests.conftest import make_settings, tone_wav, wave_bytes
 from tests.live_server import live_server
 
 
@@ -38,6 +39,14 @@ def test_ingest_a_folder_resumes_and_search(server, tmp_path, capsys):
     assert main(["search", str(query), "--collection", "c", "-k", "2", "--json", *args]) == 0
     results = json.loads(capsys.readouterr().out)["results"]
     assert results[0]["id"] == "c1.wav" and len(results) == 2
+    # a 2-second query of two tones: c1 holds the first only; by the nearest pair it matches exactly
+    two = tmp_path / "two.wav"
+    two.write_bytes(wave_bytes(np.concatenate([0.3 * np.sin(2 * np.pi * f * np.arange(16000) / 16000) for f in (900, 5000)])))
+    distances = {}
+    for rule in ("mean", "min"):
+        assert main(["search", str(two), "--collection", "c", "-k", "4", "--json", "--item-distance", rule, *args]) == 0
+        distances[rule] = {r["id"]: r["distance"] for r in json.loads(capsys.readouterr().out)["results"]}
+    assert distances["mean"]["c1.wav"] > distances["min"]["c1.wav"]
 
 
 def test_ingest_into_a_missing_collection_needs_a_modality(server, tmp_path):

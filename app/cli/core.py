@@ -34,6 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     search.add_argument("--text", action="store_true", help="treat QUERY as a sentence (image collections)")
     search.add_argument("-k", type=int, default=10)
     search.add_argument("--mode", choices=["binary", "float", "two_stage"], default="two_stage")
+    search.add_argument("--item-distance", choices=["mean", "min"], default=None,
+                        help="how an audio item combines a multi-window query's windows (the service's default: mean)")
     search.add_argument("--json", action="store_true", help="print the raw JSON response")
     _client_args(search)
     search.set_defaults(func=search_command)
@@ -114,7 +116,8 @@ def search_command(args: argparse.Namespace) -> int:
         if args.text:
             response = client.search_text(args.collection, args.query, k=args.k, mode=args.mode)
         else:
-            response = client.search_file(args.collection, args.query, k=args.k, mode=args.mode)
+            extra = {"item_distance": args.item_distance} if args.item_distance else {}
+            response = client.search_file(args.collection, args.query, k=args.k, mode=args.mode, **extra)
     if args.json:
         print(json.dumps(response, indent=2))
         return 0

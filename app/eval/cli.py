@@ -34,6 +34,8 @@ def add_parser(subparsers: Any) -> None:
     run.add_argument("--api-key", default=None)
     run.add_argument("--k", type=int, default=10)
     run.add_argument("--mode", default=None, help="search mode form field passed through to the service")
+    run.add_argument("--item-distance", choices=["mean", "min"], default=None,
+                     help="how an audio item combines a multi-window query's windows (the service's default: mean)")
     run.add_argument("--run-id", default=None, help="run name in the file (default: the output file stem)")
     run.add_argument("--out", required=True, type=Path, help="TREC run; a segment run goes to OUT.segments")
     run.add_argument("--timeout", type=float, default=60.0)
@@ -118,7 +120,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     headers = {"X-API-Key": args.api_key} if args.api_key else {}
     try:
         with make_client(args.url, headers, args.timeout) as client:
-            rankings, segments = run_manifest(client, args.collection, queries, k=args.k, mode=args.mode)
+            rankings, segments = run_manifest(client, args.collection, queries, k=args.k, mode=args.mode,
+                                              item_distance=args.item_distance)
     except (RuntimeError, httpx.HTTPError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

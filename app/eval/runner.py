@@ -61,19 +61,22 @@ def read_manifest(path: str | Path) -> list[ManifestQuery]:
     return queries
 
 
-def search(client: httpx.Client, collection: str, query: ManifestQuery, k: int, mode: str | None) -> dict[str, Any]:
-    """Send one query; returns the decoded JSON response.
+def search(client: httpx.Client, collection: str, query: ManifestQuery, k: int, mode: str | None,
+           item_distance: str | None = None) -> dict[str, Any]:
+    """Send one query; returns the decoded JSON response. ``mode`` and ``item_distance`` are passed
+    through when given (else the service's defaults).
 
     Raises:
         RuntimeError: a non-2xx answer, with the service's error message.
     """
     url = f"/v1/collections/{collection}/search"
+    options = {name: value for name, value in (("mode", mode), ("item_distance", item_distance)) if value}
     if query.kind == "path":
-        data = {"k": str(k)} | ({"mode": mode} if mode else {})
+        data = {"k": str(k)} | options
         with open(query.value, "rb") as handle:
             response = client.post(url, files={"file": (Path(query.value).name, handle.read())}, data=data)
     else:
-        body: dict[str, Any] = {query.kind: query.value, "k": k} | ({"mode": mode} if mode else {})
+        body: dict[str, Any] = {query.kind: query.value, "k": k} | options
         response = client.post(url, json=body)
     if response.status_code >= 300:
         raise RuntimeError(f"query {query.qid}: HTTP {response.status_code}: {response.text[:500]}")
@@ -95,6 +98,7 @@ def run_manifest(
     queries: list[ManifestQuery],
     k: int = 10,
     mode: str | None = None,
+    item_distance: str | None = None,
 ) -> tuple[dict[str, list[tuple[str, float]]], dict[str, list[tuple[Segment, float]]]]:
     """Run every query and collect (ranked documents, ranked segments) per qid.
 
@@ -104,7 +108,7 @@ def run_manifest(
     rankings: dict[str, list[tuple[str, float]]] = {}
     segments: dict[str, list[tuple[Segment, float]]] = {}
     for query in queries:
-        results = search(client, collection, query, k, mode).get("results", [])
+        results = search(client, collection, query, k, mode, item_distance).get("results", [])
         results = sorted(results, key=lambda r: r.get("rank", 0))
         rankings[query.qid] = [(str(r["id"]), result_score(r)) for r in results]
         spans = [

@@ -145,6 +145,11 @@ def test_run_queries_the_api_and_writes_run_and_segments(tmp_path, monkeypatch, 
     # a wrong key is an error exit, not a crash or an empty run
     assert _main([*argv[:-4], "--api-key", "wrong", "--out", str(tmp_path / "x.txt")]) == 1
     assert "HTTP 401" in capsys.readouterr().err
+    # search options are passed through when given, in JSON and in the multipart form
+    seen.clear()
+    assert _main([*argv, "--mode", "binary", "--item-distance", "min"]) == 0
+    assert json.loads(seen[0].content) == {"item_id": "d03", "k": 2, "mode": "binary", "item_distance": "min"}
+    assert b'name="item_distance"\r\n\r\nmin' in seen[2].content
 
 
 def test_recall_cli_entry_point_dispatches_eval_score():
