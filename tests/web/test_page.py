@@ -240,3 +240,29 @@ def test_phone_width_fits_the_screen(page: Page) -> None:
     overflow = page.evaluate("() => document.documentElement.scrollWidth")
     assert overflow <= 390, f"the page is {overflow} px wide on a 390 px screen"
     snap(page, "page-phone", docs=True, full_page=False)  # what the phone shows: the top of the results
+
+
+def test_the_item_distance_option_goes_with_file_and_item_searches(page: Page) -> None:
+    enter_key(page)
+    choose_collection(page, "demo-sounds", "audio")
+    fire = DEMO / MANIFEST["crackling-fire-1"]["file"]  # 5 s: a query of several windows
+    second = page.locator("#results .result").nth(1)
+
+    def distance_of_second() -> float:
+        expect(page.locator("#query-summary")).to_contain_text("results for file")
+        return float(re.search(r"distance ([\d.]+)", second.locator(".scores").inner_text()).group(1))
+
+    page.get_by_label("Search with an example file:").set_input_files(fire)
+    by_mean = distance_of_second()
+    page.locator("#options summary").click()
+    page.get_by_label("Item distance").select_option("min")
+    page.locator("#query-summary").evaluate("e => e.textContent = ''")
+    page.get_by_label("Search with an example file:").set_input_files([])
+    page.get_by_label("Search with an example file:").set_input_files(fire)
+    by_min = distance_of_second()
+    assert by_min < by_mean  # the nearest pair of windows is closer than the mean over the query's windows
+    first = page.locator("#results .result").first
+    with page.expect_request(lambda r: r.url.endswith("/search") and r.method == "POST") as sent:
+        first.get_by_role("button", name=re.compile(r"^Search with")).first.click()
+    assert sent.value.post_data_json["item_distance"] == "min"
+    expect(page.locator("#query-summary")).to_contain_text("results for item")

@@ -26,10 +26,12 @@ function options() {
     : [document.getElementById("mode").value];
   // long recordings can hold a sound many times: ask for more than the service's default of 3
   const segments = Math.max(1, Math.min(20, parseInt(document.getElementById("segments-per-item").value, 10) || 5));
-  return { k, modes, segments };
+  // how an item combines a multi-window query's windows (audio); the service's default is "mean"
+  const itemDistance = document.getElementById("item-distance").value;
+  return { k, modes, segments, itemDistance };
 }
 
-function searchOnce(collection, query, { k, segments }, mode) {
+function searchOnce(collection, query, { k, segments, itemDistance }, mode) {
   const url = path.collection(collection) + "/search";
   if (query.file) {
     const form = new FormData();
@@ -37,9 +39,10 @@ function searchOnce(collection, query, { k, segments }, mode) {
     form.append("k", String(k));
     form.append("mode", mode);
     form.append("segments_per_item", String(segments));
+    form.append("item_distance", itemDistance);
     return request("POST", url, { form });
   }
-  return request("POST", url, { json: { ...query.json, k, mode, segments_per_item: segments } });
+  return request("POST", url, { json: { ...query.json, k, mode, segments_per_item: segments, item_distance: itemDistance } });
 }
 
 export async function runQuery(query) {
