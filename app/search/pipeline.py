@@ -223,7 +223,7 @@ def _rescored_by_mean(catalog: Catalog, collection: Collection, query: Query, op
         located += chunk
         if windows >= MEAN_POOL_WINDOWS:
             break
-    return sorted(located, key=lambda h: (h.distance, h.item_id))
+    return sorted((h for h in located if h.distance != float("inf")), key=lambda h: (h.distance, h.item_id))
 
 
 def _scan_plan(index: CollectionIndex, options: SearchOptions, depth: int) -> tuple[str, int]:
@@ -298,8 +298,10 @@ def _locate(catalog: Catalog, collection: Collection, query: Query, options: Sea
     mean_rule = _averages_windows(query, options)
     windows = 0
     for hit in hits:
-        if hit.item_id not in segments_of:  # deleted since the scan
+        if hit.item_id not in segments_of:  # deleted since the scan: nothing to locate or average
             hit.segments = []
+            if mean_rule:
+                hit.distance = float("inf")
             continue
         _, times, floats, codes = segments_of[hit.item_id]
         windows += len(times)

@@ -130,3 +130,16 @@ def test_the_pool_stops_after_the_window_budget(tmp_path, monkeypatch):
                                  SearchOptions(k=3, mode="float"), True)
     assert read == [3]  # 36 windows in the first chunk: over the budget of 20
     assert len(hits) == 3 and [h.distance for h in hits] == sorted(h.distance for h in hits)
+
+
+def test_an_item_deleted_between_scan_and_rescoring_is_left_out(tmp_path, monkeypatch):
+    a, b, c = np.eye(DIM, dtype=np.float32)[:3]
+    items = {"partial": np.stack([a, c]), "whole": np.concatenate([_unit([a + 0.3 * b]), _unit([b + 0.3 * a])])}
+    projection = np.random.default_rng(0).standard_normal((DIM, BITS)).astype(np.float32)
+    catalog, collection, index = _collection(tmp_path, items, projection)
+    segments_of = catalog.segments_of_items
+    # the catalog no longer has "whole" when its windows are read (a concurrent delete)
+    monkeypatch.setattr(catalog, "segments_of_items", lambda *a: {k: v for k, v in segments_of(*a).items() if k != "whole"})
+    query = Query(floats=np.stack([a, b]), codes=_codes(np.stack([a, b]), projection))
+    hits = pipeline._search_here(catalog, collection, index, query, SearchOptions(k=2, mode="float"), True)
+    assert [h.item_id for h in hits] == ["partial"]
