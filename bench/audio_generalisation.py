@@ -86,11 +86,11 @@ def best_pair_scores(window_sims: np.ndarray, owner: np.ndarray, n: int) -> np.n
 
 
 def qbe_map(floats: np.ndarray, signs: np.ndarray | None, owner: np.ndarray, labels: list[str],
-            audible: np.ndarray | None = None) -> dict[str, float]:
-    """MAP as the service ranks now (``audible`` windows only, the mean rule) and before (every
-    window, the best pair: ``*_before``)."""
+            kept: np.ndarray | None = None) -> dict[str, float]:
+    """MAP as the service ranks now (the ``kept`` windows only, see :func:`windowed`; the mean rule)
+    and before (every window, the best pair: ``*_before``)."""
     labels_arr, n = np.asarray(labels), len(labels)
-    keep = np.ones(len(owner), bool) if audible is None else audible
+    keep = np.ones(len(owner), bool) if kept is None else kept
     unit = floats / np.maximum(np.linalg.norm(floats, axis=1, keepdims=True), 1e-12)
     sims = {"float": unit @ unit.T}
     if signs is not None:
@@ -150,6 +150,24 @@ def spoken_term_localisation(data: Path, encoders: dict[str, Encoder]) -> dict[s
     return localisation(encoders, [r for r in read_manifest(data / "asc" / "asc.csv") if r.speaker in held])
 
 
+def _before_table(report: dict[str, Any], sets: list[str]) -> list[str]:
+    """The sets where the service's previous windowing and item rule rank differently, under that rule."""
+    multi = [s for s in sets if any("float_before" in row.get(s, {}) and row[s]["float_before"] != row[s]["float"]
+                                    for row in report["results"].values())]
+    if not multi:  # only sets with clips of several windows or with silent windows differ
+        return []
+    lines = ["", "The same systems as the service ranked before 2026-11-26: every window indexed (silent ones "
+             "too) and an item scored by its nearest pair of windows (`item_distance = min`). The sets not "
+             "shown have one audible window per clip, where both agree:", "",
+             "| system | " + " | ".join(multi) + " |", "|---|" + "---|" * len(multi)]
+    for system, row in report["results"].items():
+        cells = [f"{row[s]['float_before']:.3f}" + (f" / {row[s]['hamming_before']:.3f}" if "hamming_before" in row[s] else "")
+                 if s in row and "float_before" in row[s] else "" for s in multi]
+        if any(cells):
+            lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     sets = list(report["sets"])
     lines = ["# Audio generalisation: query-by-example on data disjoint from training", "",
@@ -162,18 +180,7 @@ def markdown(report: dict[str, Any]) -> str:
             r = row.get(s)
             cells.append("" if r is None else f"{r['float']:.3f}" + (f" / {r['hamming']:.3f}" if "hamming" in r else ""))
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
-    multi = [s for s in sets if any("float_before" in row.get(s, {}) and row[s]["float_before"] != row[s]["float"]
-                                    for row in report["results"].values())]
-    if multi:  # sets with clips of several windows or with silent windows: the two rules differ there
-        lines += ["", "The same systems as the service ranked before 2026-11-26: every window indexed (silent ones "
-                  "too) and an item scored by its nearest pair of windows (`item_distance = min`). The sets not "
-                  "shown have one audible window per clip, where both agree:", "",
-                  "| system | " + " | ".join(multi) + " |", "|---|" + "---|" * len(multi)]
-        for system, row in report["results"].items():
-            cells = [f"{row[s]['float_before']:.3f}" + (f" / {row[s]['hamming_before']:.3f}" if "hamming_before" in row[s] else "")
-                     if s in row and "float_before" in row[s] else "" for s in multi]
-            if any(cells):
-                lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    lines += _before_table(report, sets)
     if report.get("loco_note"):
         lines += ["", f"Leave-one-corpus-out: {report['loco_note']}."]
     lines += ["", "Sets: " + "; ".join(f"`{s}` {v['clips']} clips, {v['labels']} labels" for s, v in report["sets"].items()), ""]

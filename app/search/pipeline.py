@@ -25,9 +25,9 @@ from app.search.ranking import (
     ItemHit,
     cosine_distance,
     group_by_item,
+    hamming,
     mean_of_nearest,
     non_maximum_suppression,
-    pair_distances,
     score_of,
     similarity_to_distance,
 )
@@ -181,14 +181,15 @@ def _rank(
         hits = [h for h in hits if h.distance <= options.max_distance]
     if options.filter and hits:
         hits = _apply_filter(catalog, collection.name, hits, options.filter)
-    if collection.modality == "audio" and _averages_windows(query, options):
+    mean_rule = collection.modality == "audio" and _averages_windows(query, options)
+    if mean_rule:
         hits = _rescored_by_mean(catalog, collection, query, options, hits)
         if options.max_distance is not None:
             hits = [h for h in hits if h.distance <= options.max_distance]
     if len(hits) < options.k and not last:
         return None
     hits = hits[: options.k]
-    if collection.modality == "audio" and not _averages_windows(query, options):
+    if collection.modality == "audio" and not mean_rule:  # the mean rule located its pool already
         _locate(catalog, collection, query, options, hits)  # an image is one segment: nothing to locate
     if with_items and hits:
         items = catalog.items_by_id(collection.name, [h.item_id for h in hits])
@@ -305,7 +306,8 @@ def _locate(catalog: Catalog, collection: Collection, query: Query, options: Sea
             continue
         _, times, floats, codes = segments_of[hit.item_id]
         windows += len(times)
-        pairs = pair_distances(query.codes, codes) if mode == "binary" else pair_distances(query.floats, floats)
+        # (query windows, this item's windows) distances
+        pairs = hamming(query.codes, codes).astype(np.float64) if mode == "binary" else cosine_distance(query.floats, floats)
         segments = [(float(s), float(e), float(d)) for (s, e), d in zip(times, pairs.min(axis=0))]
         if options.max_distance is not None:
             segments = [s for s in segments if s[2] <= options.max_distance]

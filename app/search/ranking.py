@@ -25,13 +25,6 @@ def cosine_distance(queries: np.ndarray, floats: np.ndarray) -> np.ndarray:
     return similarity_to_distance(queries @ floats.T)
 
 
-def pair_distances(queries: np.ndarray, stored: np.ndarray) -> np.ndarray:
-    """(query windows, stored segments) distances: Hamming for packed codes (uint8), cosine for floats."""
-    if queries.dtype == np.uint8:
-        return hamming(queries, stored).astype(np.float64)
-    return cosine_distance(queries, stored)
-
-
 def mean_of_nearest(pairs: np.ndarray) -> float:
     """The ``mean`` item rule: each query window's distance to its nearest segment of the item,
     averaged over the query's windows (rows of ``pairs``)."""
