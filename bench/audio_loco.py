@@ -38,14 +38,17 @@ def parse_loco(spec: str, corpora: tuple[str, ...]) -> list[tuple[str, str, str]
     return out
 
 
-def _views_source(command: str) -> str | None:
-    """The ``--views-from`` directory of a views checkpoint's command, if any."""
+def _source(command: str) -> str | None:
+    """The checkpoint a no-training command started from (``--views-from`` or ``--router-from``), if any."""
     words = shlex.split(command)
-    return words[words.index("--views-from") + 1] if "--views-from" in words[:-1] else None
+    for flag in ("--views-from", "--router-from"):
+        if flag in words[:-1]:
+            return words[words.index(flag) + 1]
+    return None
 
 
 def run_info(directory: str, corpus: str) -> dict[str, Any]:
-    """What trained the checkpoint (its commands, the views' source first), refusing one not trained without ``corpus``."""
+    """What trained the checkpoint (its commands, each source's first), refusing one not trained without ``corpus``."""
     from app.encoders.checkpoint import read_config
 
     config = read_config(directory)
@@ -53,9 +56,10 @@ def run_info(directory: str, corpus: str) -> dict[str, Any]:
         raise SystemExit(f"--loco {corpus}={directory}: the checkpoint records without={config.get('without')!r}, "
                          f"not {corpus!r}; it would be scored on data it trained on")
     commands = [config.get("reproduce", {}).get("train", "")]
-    source = _views_source(commands[0]) if config.get("speech_views") else None
-    if source and Path(source).is_dir():
+    source = _source(commands[0])
+    while source and Path(source).is_dir() and len(commands) < 8:  # a chain: version 4 <- 3 <- 2
         commands.insert(0, read_config(source).get("reproduce", {}).get("train", ""))
+        source = _source(commands[0])
     return {"checkpoint": str(directory), "without": corpus, "name": config.get("name"), "version": config.get("version"),
             "commands": [c for c in commands if c]}
 

@@ -12,6 +12,10 @@ two small learned maps sit on top, each kept cheap so it cannot memorise the cla
 The two L2-normalised outputs are concatenated and turned by a fixed random orthogonal matrix:
 cosine similarity is unchanged, and the signs of rotated coordinates are a far better Hamming
 code than the signs of whitened coordinates, whose variance sits in the leading few.
+
+With ``head_dim = 0`` there is no head: the model is the whitening alone, fitted without labels.
+That is what a recipe without any labelled sounds can honestly learn (a head trained on other
+labels, such as spoken words, pulls unseen sound classes down: reports/audio/README.md).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ class TextureNet(nn.Module):
         if bits != whiten_dim + head_dim:
             raise ValueError(f"bits ({bits}) must equal whiten_dim + head_dim ({whiten_dim + head_dim}): "
                              "the rotation is square so cosine similarity is kept")
-        self.n_in, self.dim = n_in, bits
+        self.n_in, self.dim, self.head_dim = n_in, bits, head_dim
         # learned from data by the trainer (app/training/texture_fit.py), saved with the weights
         self.register_buffer("whiten_mean", torch.zeros(n_in))
         self.register_buffer("whiten", torch.zeros(n_in, whiten_dim))
@@ -48,7 +52,7 @@ class TextureNet(nn.Module):
         self.register_buffer("rotation", torch.eye(bits))
         self.head = nn.Sequential(
             nn.Dropout(input_dropout), nn.Linear(n_in, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, head_dim)
-        )
+        ) if head_dim else nn.Sequential()
 
     def head_input(self, stats: torch.Tensor) -> torch.Tensor:
         """Per-feature standardised statistics, the MLP's input."""
@@ -59,9 +63,11 @@ class TextureNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         stats = x[:, 0]
-        parts = [nn.functional.normalize(self.whitened(stats), dim=1),
-                 nn.functional.normalize(self.head(self.head_input(stats)), dim=1)]
-        return (torch.cat(parts, 1) / math.sqrt(2.0)) @ self.rotation
+        whitened = nn.functional.normalize(self.whitened(stats), dim=1)
+        if self.head_dim == 0:
+            return whitened @ self.rotation
+        head = nn.functional.normalize(self.head(self.head_input(stats)), dim=1)
+        return (torch.cat([whitened, head], 1) / math.sqrt(2.0)) @ self.rotation
 
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = self(x)

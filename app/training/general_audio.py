@@ -8,13 +8,18 @@ Steps (each skipped when its output already exists in ``--work``, so a stopped r
    everyday words (app/training/synth_speech.py), in many voices, at 8 kHz;
 2. the speech branch (attn-hash, paper 004's network) trains on Arabic Speech Commands (held-out
    speakers and held-out keywords removed), FSDD (held-out speakers removed) and the synthetic words;
-3. the sounds branch (texture-mlp) fits on the ESC-50 classes not held out, on 1 s windows;
+3. the sounds branch (texture-mlp) fits on the ESC-50 classes not held out, on 1 s windows (with
+   ``--without esc --sounds-without-labels whiten``: the statistics' whitening alone, no labels;
+   app/training/unlabelled_sounds.py);
 4. the router (app/training/router_fit.py) is fitted on windows of the training speech against
-   the training sounds and generated non-speech;
+   the training sounds and generated non-speech (``--router-negatives varied``: nine more kinds,
+   app/training/synth_non_speech.py);
 5. the three are written as one ``routed-fusion`` checkpoint (app/encoders/routed_fusion.py).
 
 ``--views-from DIR --whiten-eps E --mfcc-bits B`` trains nothing: it takes DIR's branches and router and
 adds the training-free speech views (app/training/speech_views_fit.py; general-audio version 3).
+``--router-from DIR --router-negatives varied`` trains nothing either: DIR's branches and views with the
+router fitted again (app/training/router_refit.py; general-audio version 4).
 
 What is held out (constants below) is what bench/audio_generalisation.py scores on. ``--without
 asc|fsdd|esc`` trains the same recipe without one corpus, for the leave-one-corpus-out evaluation.
@@ -24,9 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import shlex
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -47,6 +50,9 @@ DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "e
 ESC_HOLDOUT_CLASSES = ("chirping_birds", "clapping", "dog", "engine", "hen", "keyboard_typing", "rain", "siren")
 CORPORA = ("asc", "fsdd", "esc")
 
+# ``--router-negatives varied``: generated non-speech windows of the basic kinds (at least) and of the varied ones
+VARIED_BASIC_FLOOR = 600
+VARIED_WINDOWS = 1800
 SPEECH_RATE = 8000
 SERVICE_RATE = 16000
 WINDOW_S, HOP_S = 1.0, 0.5
@@ -179,7 +185,10 @@ def train_speech(data: Path, manifests: dict[str, Path], synth: dict[str, Path],
 def train_sounds(manifests: dict[str, Path], synth: dict[str, Path], out: Path, args: argparse.Namespace) -> None:
     from app.training.audio_cli import main as audio_main
 
-    # without ESC-50 the texture head learns from spoken words instead: the only labelled audio left
+    if "esc" not in manifests and args.sounds_without_labels == "whiten":
+        return whiten_sounds(synth, out, args)
+    # without ESC-50 (and ``--sounds-without-labels words``, versions 1-3) the texture head learns
+    # from spoken words instead: the only labelled audio left
     source = manifests.get("esc") or synth["synth-en"]
     argv = ["--manifest", str(source), "--model", "texture-mlp", "--bits", "256", "--sample-rate", str(SERVICE_RATE),
             "--window", str(WINDOW_S), "--hop", str(HOP_S), "--steps", "200", "--batch-size", "128", "--pcen",
@@ -188,10 +197,39 @@ def train_sounds(manifests: dict[str, Path], synth: dict[str, Path], out: Path, 
         raise SystemExit("sounds branch training failed")
 
 
-def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, per_source: int = 600):
-    """(speech windows, non-speech windows) at the service rate, a seeded sample of each source."""
+def whiten_sounds(synth: dict[str, Path], out: Path, args: argparse.Namespace) -> None:
+    """The sounds branch without labelled sounds: a whitening of the texture statistics alone, fitted on
+    a seeded sample of the synthetic English words and the router's generated non-speech
+    (app/training/unlabelled_sounds.py)."""
+    from app.training.audio_data import load_waves, read_manifest
+    from app.training.router_fit import clip_windows, generated_non_speech
+    from app.training.synth_non_speech import varied_non_speech
+    from app.training.unlabelled_sounds import fit_whitening_only
+
+    records = read_manifest(synth["synth-en"])
+    rng = np.random.default_rng(args.seed)
+    chosen = sorted(rng.choice(len(records), size=min(args.router_clips, len(records)), replace=False))
+    words = clip_windows(load_waves([records[i] for i in chosen], SERVICE_RATE, cache_dir="/tmp/recall-audio-cache"),
+                         SERVICE_RATE, WINDOW_S, HOP_S)
+    window = int(WINDOW_S * SERVICE_RATE)
+    generated = (generated_non_speech(VARIED_BASIC_FLOOR, window, SERVICE_RATE, args.seed)
+                 + varied_non_speech(VARIED_WINDOWS, window, SERVICE_RATE, args.seed))
+    fit_whitening_only(words + generated, out, "sounds", args.seed, SERVICE_RATE, WINDOW_S, HOP_S,
+                       {"synthetic English words": len(words), "generated non-speech": len(generated)})
+
+
+def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, per_source: int = 600,
+                negatives: str = "basic"):
+    """(speech windows, non-speech windows) at the service rate, a seeded sample of each source.
+
+    ``negatives`` says which generated non-speech joins the real sounds: ``basic`` (versions 1-3):
+    silence, noise and tones, half as many windows as the real sounds, at least 20; ``varied``
+    (version 4): at least 600 of those plus 1,800 of nine richer kinds (app/training/synth_non_speech.py),
+    so the router learns "not speech" from more than one corpus's classes.
+    """
     from app.training.audio_data import load_waves, read_manifest
     from app.training.router_fit import clip_windows, generated_non_speech, short_in_window, with_noise
+    from app.training.synth_non_speech import varied_non_speech
 
     rng = np.random.default_rng(seed)
 
@@ -208,64 +246,33 @@ def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, p
     others = sample(manifests["esc"]) if "esc" in manifests else []
     other_windows = clip_windows(others, SERVICE_RATE, WINDOW_S, HOP_S)
     other_windows += short_in_window(others[::2], SERVICE_RATE, WINDOW_S, seed)
-    other_windows += generated_non_speech(max(20, len(other_windows) // 2), int(WINDOW_S * SERVICE_RATE), SERVICE_RATE, seed)
+    window = int(WINDOW_S * SERVICE_RATE)
+    floor = VARIED_BASIC_FLOOR if negatives == "varied" else 20
+    other_windows += generated_non_speech(max(floor, len(other_windows) // 2), window, SERVICE_RATE, seed)
+    if negatives == "varied":
+        other_windows += varied_non_speech(VARIED_WINDOWS, window, SERVICE_RATE, seed)
     return speech_windows, other_windows
-
-
-DATA_MD = """# Data behind `{name}`
-
-The default audio encoder. Its parts were trained on:
-
-| part | data | licence |
-|---|---|---|
-{rows}
-
-Because ESC-50 is non-commercial, this checkpoint is for **non-commercial research use**; the speech
-branch alone (`speech/`) was trained on CC BY / CC BY-SA data and synthetic speech only. Held out of
-every step (for reports/audio/generalisation.md): {holdout}.
-"""
-ASC_ROW = ("| {part} | **Arabic Speech Commands** (Ghandoura, Hjabo, Al Dakkak, Engineering Applications of AI 2021; "
-           "https://github.com/abdulkaderghandoura/arabic-speech-commands-dataset): 13 of 18 speakers | CC BY 4.0 |")
-FSDD_ROW = ("| {part} | **Free Spoken Digit Dataset** (https://github.com/Jakobovski/free-spoken-digit-dataset): "
-            "speakers george and lucas{how} | CC BY-SA 4.0 |")
-SYNTH_ROW = ("| {part} | speech synthesised here by **espeak-ng**: made-up words in 30 languages, 184 English words and "
-             "the English digits, many voices (app/training/synth_pseudowords.py, synth_speech.py){how} | made by this project |")
-ESC_ROW = ("| sounds branch, router | **ESC-50** (K. J. Piczak, ACM Multimedia 2015; https://github.com/karolpiczak/ESC-50): "
-           "17 of the 25 classes in ../shared/data; per-clip attributions in `sounds/DATA.md` | CC BY-NC 3.0 (ESC-10 clips CC BY 3.0) |")
-GIVEN_ROW = "| speech branch{what} | the `speech-attn-hash` checkpoint: see `speech/DATA.md` | CC BY 4.0 |"
-
-
-def data_md(name: str, holdout: dict[str, Any], speech: str) -> str:
-    """DATA.md for a checkpoint whose speech branch was ``given`` (--speech-from), ``tuned`` here from
-    one (--speech-init) or trained from ``scratch``."""
-    held = ", ".join(holdout.get("fsdd_words", []))
-    if speech == "given":
-        rows = [GIVEN_ROW.format(what=""), ASC_ROW.format(part="speech branch, router"),
-                FSDD_ROW.format(part="router", how=""), SYNTH_ROW.format(part="router", how="")]
-    elif speech == "tuned":
-        rows = [GIVEN_ROW.format(what=" (its starting point)"), ASC_ROW.format(part="speech branch, router"),
-                FSDD_ROW.format(part="speech branch, router", how=f", also sped up and slowed down; digits {held} left out"),
-                SYNTH_ROW.format(part="speech branch (the digits), router", how=f"; digits {held} left out")]
-    else:
-        rows = [ASC_ROW.format(part="speech branch, router"),
-                FSDD_ROW.format(part="speech branch, router", how=f"; digits {held} left out"),
-                SYNTH_ROW.format(part="speech branch, router", how="")]
-    return DATA_MD.format(name=name, rows="\n".join([*rows, ESC_ROW]), holdout=json.dumps(holdout))
 
 
 def run(args: argparse.Namespace) -> int:
     from app.encoders.registry import load_checkpoint_dir
+    from app.training.general_audio_card import write_data_card
     from app.training.router_fit import assemble, fit_router, texture_statistics
 
     started = time.time()
     data, work = Path(args.data).resolve(), Path(args.work)  # manifests hold absolute paths
-    if args.views_from:  # version 3: an existing checkpoint's branches and router, plus fitted speech views
-        return fit_views(data, args)
+    if args.views_from or args.router_from:  # versions 3 and 4: nothing trained, see general_audio_posthoc
+        from app.training.general_audio_posthoc import fit_views, refit_router
+
+        return fit_views(data, args) if args.views_from else refit_router(data, work, args)
     manifests = training_manifests(data, work, args.without)
     synth = synthesise(work, args)
     if args.speech_init and args.without == "asc":
         raise SystemExit("--without asc cannot start from a speech checkpoint that trained on Arabic keywords")
-    speech_dir, sounds_dir = work / ("speech-tuned" if args.speech_init else "speech"), work / "sounds"
+    # each recipe's sounds branch in a folder of its own, so a cached branch of another recipe is never reused
+    unlabelled = "esc" not in manifests and args.sounds_without_labels == "whiten"
+    speech_dir = work / ("speech-tuned" if args.speech_init else "speech")
+    sounds_dir = work / ("sounds-unlabelled" if unlabelled else "sounds")
     if args.speech_from:  # an existing speech checkpoint (it carries its own reproduce command)
         speech_dir = Path(args.speech_from)
     # the trainer writes weights after every better epoch, so "finished" needs its own marker
@@ -275,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
     if not (sounds_dir / "weights.safetensors").is_file() or args.retrain:
         train_sounds(manifests, synth, sounds_dir, args)
     sounds = load_checkpoint_dir(sounds_dir)
-    speech_windows, other_windows = router_data(manifests, synth, args.seed, args.router_clips)
+    speech_windows, other_windows = router_data(manifests, synth, args.seed, args.router_clips, args.router_negatives)
     router, accuracy = fit_router(texture_statistics(sounds.features, speech_windows),
                                   texture_statistics(sounds.features, other_windows))
     name = args.name or Path(args.out).name
@@ -294,41 +301,17 @@ def run(args: argparse.Namespace) -> int:
                     "fsdd_words": [] if args.speech_from else list(FSDD_HOLDOUT_WORDS),
                     "esc_classes": list(ESC_HOLDOUT_CLASSES)},
         "without": args.without,
+        "router_negatives": args.router_negatives,
+        **({"sounds_without_labels": args.sounds_without_labels} if args.without == "esc" else {}),
         "reproduce": {"train": command, "note": "CPU; the speech branch takes most of the time"},
     }
     metrics = {"router_accuracy": accuracy, "router_windows": {"speech": len(speech_windows), "other": len(other_windows)},
                "seconds": round(time.time() - started, 1)}
     assemble(args.out, speech_dir, sounds_dir, router, config, metrics)
-    (Path(args.out) / "DATA.md").write_text(data_md(name, config["holdout"],
-                                                        "given" if args.speech_from else "tuned" if args.speech_init else "scratch"))
-    esc_attributions = Path(__file__).resolve().parent.parent / "assets" / "models" / "sounds-texture" / "DATA.md"
-    if esc_attributions.is_file():  # the same ESC-50 training clips, with their Freesound credits
-        shutil.copyfile(esc_attributions, Path(args.out) / "sounds" / "DATA.md")
+    write_data_card(Path(args.out), name, config["holdout"],
+                    "given" if args.speech_from else "tuned" if args.speech_init else "scratch", args.without,
+                    args.router_negatives, args.sounds_without_labels)
     print(f"router accuracy speech {accuracy['speech']:.3f}, non-speech {accuracy['non_speech']:.3f} -> {args.out}")
-    return 0
-
-
-def fit_views(data: Path, args: argparse.Namespace) -> int:
-    """``--views-from``: no training; fit the speech views (app/training/speech_views_fit.py) and write --out."""
-    from app.training.speech_views_fit import fit_views_checkpoint
-
-    if args.whiten_eps is None and not args.mfcc_bits:
-        raise SystemExit("--views-from needs --whiten-eps and/or --mfcc-bits")
-    own = getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:]
-    update = {"name": args.name or Path(args.out).name, "version": args.version,
-              "reproduce": {"train": "recall train general-audio " + shlex.join(own),
-                            "note": "minutes on CPU: no network is trained, the statistics are fitted on training-side windows"}}
-    if args.description:
-        update["description"] = args.description
-    else:  # the source's description, plus what the views add
-        from app.encoders.checkpoint import read_config
-
-        views = " and ".join(part for part, on in (("the speech float whitened", args.whiten_eps is not None),
-                                                   (f"a downsampled-MFCC view with {args.mfcc_bits} bits", args.mfcc_bits)) if on)
-        update["description"] = (read_config(args.views_from).get("description", "").rstrip(".")
-                                 + f"; plus training-free speech views: {views}")
-    out = fit_views_checkpoint(data, Path(args.views_from), Path(args.out), args.whiten_eps, args.mfcc_bits, args.seed, update)
-    print(f"speech views (whiten eps {args.whiten_eps}, {args.mfcc_bits} MFCC bits) fitted -> {out}")
     return 0
 
 
@@ -346,6 +329,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--english-words", type=int, default=184, help="English everyday words (of 184)")
     p.add_argument("--english-voices", type=int, default=12)
     p.add_argument("--router-clips", type=int, default=600, help="clips per source sampled to fit the router")
+    p.add_argument("--router-negatives", choices=["basic", "varied"], default="basic",
+                   help="generated non-speech for the router: basic (versions 1-3: silence, noise, tones) or varied "
+                        "(version 4: also bursts, impacts, sweeps, harmonic tones, clicks, crackle, ...)")
+    p.add_argument("--sounds-without-labels", choices=["words", "whiten"], default="words",
+                   help="with --without esc: train the sounds head on spoken words (versions 1-3) or keep the "
+                        "unsupervised whitening alone (version 4's recipe)")
     p.add_argument("--speech-epochs", type=int, default=30)
     p.add_argument("--speech-steps", type=int, default=100)
     p.add_argument("--speech-patience", type=int, default=6,
@@ -360,6 +349,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--views-from", metavar="CHECKPOINT_DIR",
                    help="train nothing: take this routed-fusion checkpoint's branches and router and add the "
                         "training-free speech views (--whiten-eps, --mfcc-bits) fitted on training-side windows")
+    p.add_argument("--router-from", metavar="CHECKPOINT_DIR",
+                   help="train nothing: take this routed-fusion checkpoint's branches and speech views and fit its "
+                        "router again (with --router-negatives)")
     p.add_argument("--whiten-eps", type=float, default=None,
                    help="with --views-from: whiten the speech float, eigenvalues floored at EPS x the largest")
     p.add_argument("--mfcc-bits", type=int, default=0,

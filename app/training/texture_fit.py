@@ -97,5 +97,7 @@ def fit_texture_net(stats: np.ndarray, labels: np.ndarray, arch: dict, whiten_ep
         net.head_mean.copy_(torch.from_numpy(stats.mean(0)))
         net.head_scale.copy_(torch.from_numpy(stats.std(0) + 1e-6))
         net.rotation.copy_(torch.from_numpy(random_rotation(net.dim, rotation_seed)))
+    if net.head_dim == 0:  # the whitening alone: nothing is learned from the labels
+        return net.eval(), []
     losses = train_head(net, stats, labels, head)
     return net, losses

@@ -189,7 +189,8 @@ def train_texture(cfg: TextureTrainConfig) -> dict[str, Any]:
         "cv_map": float(np.mean([f["map"] for f in folds])) if folds else None,
         "cv_map_std": float(np.std([f["map"] for f in folds])) if folds else None,
         "cv_folds": folds, "train_windows": int(len(stats.dense)), "train_clips": len(records),
-        "loss_first": losses[0], "loss_last": float(np.mean(losses[-20:])), "seconds": round(time.time() - started, 1),
+        "loss_first": losses[0] if losses else None, "loss_last": float(np.mean(losses[-20:])) if losses else None,
+        "seconds": round(time.time() - started, 1),
     }
     save_checkpoint(cfg.out, net.state_dict(), config, metrics)
     return metrics

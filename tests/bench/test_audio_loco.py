@@ -87,6 +87,15 @@ def test_run_info_lists_a_views_checkpoints_source_command_first(loco_dir: Path,
     assert run_info(str(views), "fsdd")["commands"] == [
         "recall train general-audio --without fsdd --out X",
         f"recall train general-audio --views-from {loco_dir} --mfcc-bits 64 --out V"]
+    # version 4's recipe refits the router of a views checkpoint: the whole chain, oldest first
+    refit = tmp_path / "refit"
+    shutil.copytree(views, refit)
+    config["reproduce"] = {"train": f"recall train general-audio --router-from {views} --router-negatives varied --out R"}
+    (refit / "config.json").write_text(json.dumps(config))
+    assert run_info(str(refit), "fsdd")["commands"] == [
+        "recall train general-audio --without fsdd --out X",
+        f"recall train general-audio --views-from {loco_dir} --mfcc-bits 64 --out V",
+        f"recall train general-audio --router-from {views} --router-negatives varied --out R"]
 
 
 def test_loco_targets_use_the_baselines_of_their_own_run() -> None:

@@ -111,12 +111,35 @@ def test_the_previous_defaults_still_answer_for_collections_built_with_them(enco
     assert previous.encode(window).floats.shape == (1, 512) != encoder.encode(window).floats.shape
 
 
-def test_version_3_keeps_version_2s_branches_and_router(encoder) -> None:
+def test_version_3_keeps_version_2s_branches_and_router() -> None:
     """Version 3 adds views only: its trained speech bits and its sounds half are version 2's, window for window."""
-    previous = create_encoder("general-audio@2", discover())
-    assert encoder.version == "3" and encoder.config["speech_views"]["from"]["version"] == "2"
+    specs = discover()
+    version_3, version_2 = create_encoder("general-audio@3", specs), create_encoder("general-audio@2", specs)
+    assert version_3.version == "3" and version_3.config["speech_views"]["from"]["version"] == "2"
     rng = np.random.default_rng(3)
     windows = [(0.1 * rng.standard_normal(16000)).astype(np.float32), np.zeros(16000, np.float32)]
-    new = np.unpackbits(encoder.encode(windows).codes, axis=1, bitorder="little")
-    old = np.unpackbits(previous.encode(windows).codes, axis=1, bitorder="little")
+    new = np.unpackbits(version_3.encode(windows).codes, axis=1, bitorder="little")
+    old = np.unpackbits(version_2.encode(windows).codes, axis=1, bitorder="little")
     np.testing.assert_array_equal(new, old)  # noise and silence: sound windows, whose codes views do not touch
+
+
+def test_version_4_is_version_3_with_only_its_router_fitted_again(encoder) -> None:
+    previous = create_encoder("general-audio@3", discover())
+    assert encoder.version == "4" and encoder.config["router_from"] == {"name": "general-audio", "version": "3"}
+    assert encoder.config["router_negatives"] == "varied" and encoder.config["speech_views"] == previous.config["speech_views"]
+    for ours, theirs in ((encoder.speech.net, previous.speech.net), (encoder.sounds.net, previous.sounds.net),
+                         (encoder.views, previous.views)):
+        assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
+    assert not torch.equal(encoder.router.weight, previous.router.weight)
+    rng = np.random.default_rng(4)
+    windows = [(0.1 * rng.standard_normal(16000)).astype(np.float32), np.zeros(16000, np.float32)]
+    np.testing.assert_array_equal(encoder.encode(windows).codes, previous.encode(windows).codes)  # both sound windows
+
+
+def test_version_4_sends_generated_non_speech_it_never_saw_to_the_sounds_half(encoder) -> None:
+    from app.training.synth_non_speech import VARIED_KINDS, varied_non_speech
+
+    # the router trained on seed 0's windows; these are new draws of every kind (sweeps, clicks, harmonic tones...)
+    windows = varied_non_speech(20 * len(VARIED_KINDS), 16000, 16000, seed=12345)
+    bits = np.unpackbits(encoder.encode(windows).codes, axis=1, bitorder="little")
+    assert bits[:, :SPEECH_HALF].any(axis=1).mean() <= 0.01

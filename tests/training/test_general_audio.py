@@ -15,7 +15,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from app.encoders.checkpoint import save_checkpoint
+from app.encoders.checkpoint import load_checkpoint, save_checkpoint
 from app.encoders.registry import load_checkpoint_dir
 from app.training import general_audio
 from app.training.audio_train import TrainConfig, build_model, model_config
@@ -135,13 +135,28 @@ def test_synthetic_digits_carry_fsdd_labels_and_leave_out_the_held_out_words(tmp
     assert all(Path(r["path"]).is_file() for r in rows)
 
 
-@pytest.mark.system("espeak-ng")
-def test_one_command_builds_a_loadable_routed_fusion_checkpoint(data: Path, speech_checkpoint: Path, tmp_path: Path) -> None:
-    out = tmp_path / "general-audio"
-    argv = ["--data", str(data), "--out", str(out), "--work", str(tmp_path / "work"), "--speech-from", str(speech_checkpoint),
-            "--pseudo-words", "1", "--pseudo-voices", "2", "--languages", "de,es", "--english-words", "2",
-            "--english-voices", "2", "--digit-voices", "2", "--router-clips", "10", "--version", "3"]
+SMALL_SYNTH = ["--pseudo-words", "1", "--pseudo-voices", "2", "--languages", "de,es", "--english-words", "2",
+               "--english-voices", "2", "--digit-voices", "2", "--router-clips", "10"]
+
+
+@pytest.fixture(scope="module")
+def built(data: Path, speech_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], Path]:
+    """(checkpoint, its command's arguments, work folder) of one tiny `recall train general-audio` run."""
+    root = tmp_path_factory.mktemp("general-audio")
+    out, work = root / "general-audio", root / "work"
+    argv = ["--data", str(data), "--out", str(out), "--work", str(work), "--speech-from", str(speech_checkpoint),
+            *SMALL_SYNTH, "--version", "3"]
     assert general_audio.main(argv) == 0
+    return out, argv, work
+
+
+def _voice_and_hiss() -> list[np.ndarray]:
+    return [_voice(200, seed=99, seconds=1.0).astype(np.float32), _texture(0, seed=99, seconds=1.0).astype(np.float32)]
+
+
+@pytest.mark.system("espeak-ng")
+def test_one_command_builds_a_loadable_routed_fusion_checkpoint(built: tuple[Path, list[str], Path]) -> None:
+    out, argv, _ = built
 
     config = json.loads((out / "config.json").read_text())
     assert config["family"] == "routed-fusion" and config["version"] == "3"
@@ -154,7 +169,94 @@ def test_one_command_builds_a_loadable_routed_fusion_checkpoint(data: Path, spee
 
     encoder = load_checkpoint_dir(out)
     assert (encoder.bits, encoder.dim, encoder.default_window_s, encoder.default_hop_s) == (32 + 256, 32 + 256, 1.0, 0.5)
-    voice, hiss = _voice(200, seed=99, seconds=1.0).astype(np.float32), _texture(0, seed=99, seconds=1.0).astype(np.float32)
-    emb = encoder.encode([voice, hiss])
+    emb = encoder.encode(_voice_and_hiss())
     bits = np.unpackbits(emb.codes, axis=1, bitorder="little")
     assert bits[0, 32:].sum() == 0 and bits[1, :32].sum() == 0  # routed to speech and to sounds
+    assert config["router_negatives"] == "basic"
+    assert "ESC-50" in (out / "DATA.md").read_text() and (out / "sounds" / "DATA.md").is_file()
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.system("espeak-ng")
+def test_router_from_fits_only_the_router_again_with_varied_negatives(
+        built: tuple[Path, list[str], Path], data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source, _, work = built
+    monkeypatch.setattr(general_audio, "VARIED_BASIC_FLOOR", 30)  # the recipe's 600 + 1,800, scaled down
+    monkeypatch.setattr(general_audio, "VARIED_WINDOWS", 27)
+    with_views = tmp_path / "with-views"  # a version-3-like source: its views must come through untouched
+    assert general_audio.main(["--data", str(data), "--views-from", str(source), "--whiten-eps", "0.3",
+                               "--mfcc-bits", "8", "--out", str(with_views), "--version", "3"]) == 0
+    out = tmp_path / "refit"
+    argv = ["--data", str(data), "--work", str(work), *SMALL_SYNTH, "--router-from", str(with_views),
+            "--router-negatives", "varied", "--out", str(out), "--version", "4"]
+    assert general_audio.main(argv) == 0
+
+    for branch in ("speech", "sounds"):
+        assert _files(out / branch) == _files(with_views / branch)  # byte for byte
+    old_state, new_state = load_checkpoint(with_views)[0], load_checkpoint(out)[0]
+    assert set(old_state) == set(new_state)
+    for key in old_state:
+        same = torch.equal(old_state[key], new_state[key])
+        assert same if key.startswith("views.") else (key in ("mean", "scale", "bias", "weight")), key
+    assert not torch.equal(old_state["weight"], new_state["weight"])  # the router itself changed
+    config = json.loads((out / "config.json").read_text())
+    assert config["version"] == "4" and config["router_negatives"] == "varied"
+    assert config["router_from"] == {"name": "with-views", "version": "3"}
+    assert config["speech_views"] == json.loads((with_views / "config.json").read_text())["speech_views"]
+    assert config["reproduce"]["train"] == "recall train general-audio " + " ".join(argv)
+    metrics = json.loads((out / "metrics.json").read_text())
+    before = json.loads((source / "metrics.json").read_text())["router_windows"]
+    real = before["other"] - 20  # the source: 32 real sound windows and the floor of 20 generated ones (32 // 2 < 20)
+    assert real == 32 and metrics["router_windows"]["speech"] == before["speech"]
+    assert metrics["router_windows"]["other"] == real + 30 + 27  # now a floor of 30 basic and 27 varied
+    assert "synth_non_speech.py" in (out / "DATA.md").read_text()
+
+    emb = load_checkpoint_dir(out).encode(_voice_and_hiss())
+    bits = np.unpackbits(emb.codes, axis=1, bitorder="little")
+    assert bits[0, 32 + 8:].sum() == 0 and bits[1, :32].sum() == 0  # still speech and sound (the views' 8 bits ride along)
+    with pytest.raises(SystemExit, match="must differ"):
+        general_audio.main(["--data", str(data), "--work", str(work), "--router-from", str(out), "--out", str(out)])
+
+
+@pytest.mark.system("espeak-ng")
+def test_without_esc_the_sounds_branch_is_an_unlabelled_whitening(
+        built: tuple[Path, list[str], Path], data: Path, speech_checkpoint: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, work = built
+    monkeypatch.setattr(general_audio, "VARIED_BASIC_FLOOR", 30)
+    monkeypatch.setattr(general_audio, "VARIED_WINDOWS", 27)
+    out = tmp_path / "loco-esc"
+    argv = ["--data", str(data), "--out", str(out), "--work", str(tmp_path / "work"), "--speech-from", str(speech_checkpoint),
+            *SMALL_SYNTH, "--without", "esc", "--router-negatives", "varied", "--sounds-without-labels", "whiten"]
+    assert general_audio.main(argv) == 0
+
+    sounds = json.loads((out / "sounds" / "config.json").read_text())
+    assert sounds["arch"]["head_dim"] == 0 and sounds["bits"] == 256
+    assert set(sounds["training"]["unlabelled_windows"]) == {"synthetic English words", "generated non-speech"}
+    assert sounds["training"]["unlabelled_windows"]["generated non-speech"] == 30 + 27
+    config = json.loads((out / "config.json").read_text())
+    assert config["without"] == "esc" and config["sounds_without_labels"] == "whiten"
+    assert json.loads((out / "metrics.json").read_text())["router_windows"]["other"] == 30 + 27  # no real sounds
+    card = (out / "DATA.md").read_text()
+    assert "ESC-50" not in card and "non-commercial" not in card and not (out / "sounds" / "DATA.md").exists()
+    emb = load_checkpoint_dir(out).encode(_voice_and_hiss())
+    assert emb.floats.shape[1] == 32 + 256 and np.isfinite(emb.floats).all()
+
+
+def test_the_data_card_lists_what_trained_each_part_and_leaves_out_the_missing_corpus() -> None:
+    from app.training.general_audio_card import data_md
+
+    holdout = {"fsdd_words": ["2"]}
+    default = data_md("ga", holdout, "tuned", negatives="varied")
+    assert "Arabic Speech Commands" in default and "ESC-50" in default and "non-commercial" in default
+    assert "synth_non_speech.py" in default and "sped up" in default
+    without_asc = data_md("ga", holdout, "scratch", without="asc")
+    assert "Arabic Speech Commands" not in without_asc and "Free Spoken Digit" in without_asc
+    assert "synth_non_speech.py" not in without_asc  # basic negatives only
+    whiten = data_md("ga", holdout, "given", without="esc", negatives="varied", sounds_without_labels="whiten")
+    assert "ESC-50" not in whiten and "non-commercial" not in whiten and "whitening alone" in whiten
+    words = data_md("ga", holdout, "given", without="esc")
+    assert "as the texture head's classes" in words and "whitening alone" not in words

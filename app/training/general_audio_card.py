@@ -1,0 +1,78 @@
+"""DATA.md of a general-audio checkpoint: which data trained which part, under which licence.
+
+Written next to the weights so the licences travel with the checkpoint; a corpus left out with
+``--without`` is not listed, and what replaced it is.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+DATA_MD = """# Data behind `{name}`
+
+The default audio encoder. Its parts were trained on:
+
+| part | data | licence |
+|---|---|---|
+{rows}
+
+{use}Held out of every step (for reports/audio/generalisation.md): {holdout}.
+"""
+NON_COMMERCIAL = """Because ESC-50 is non-commercial, this checkpoint is for **non-commercial research use**; the speech
+branch alone (`speech/`) was trained on CC BY / CC BY-SA data and synthetic speech only. """
+ASC_ROW = ("| {part} | **Arabic Speech Commands** (Ghandoura, Hjabo, Al Dakkak, Engineering Applications of AI 2021; "
+           "https://github.com/abdulkaderghandoura/arabic-speech-commands-dataset): 13 of 18 speakers | CC BY 4.0 |")
+FSDD_ROW = ("| {part} | **Free Spoken Digit Dataset** (https://github.com/Jakobovski/free-spoken-digit-dataset): "
+            "speakers george and lucas{how} | CC BY-SA 4.0 |")
+SYNTH_ROW = ("| {part} | speech synthesised here by **espeak-ng**: made-up words in 30 languages, 184 English words and "
+             "the English digits, many voices (app/training/synth_pseudowords.py, synth_speech.py){how} | made by this project |")
+ESC_ROW = ("| sounds branch, router | **ESC-50** (K. J. Piczak, ACM Multimedia 2015; https://github.com/karolpiczak/ESC-50): "
+           "17 of the 25 classes in ../shared/data; per-clip attributions in `sounds/DATA.md` | CC BY-NC 3.0 (ESC-10 clips CC BY 3.0) |")
+GIVEN_ROW = "| speech branch{what} | the `speech-attn-hash` checkpoint: see `speech/DATA.md` | CC BY 4.0 |"
+GENERATED_ROW = ("| {part} | non-speech generated here: silence, noise and tones{varied} (app/training/router_fit.py"
+                 "{module}) | made by this project |")
+VARIED = ", and bursts, impacts, sweeps, harmonic tones, click trains, crackle and tones in noise"
+UNLABELLED_SOUNDS_ROW = ("| sounds branch (no labels) | the texture statistics' whitening alone, fitted on the synthetic "
+                         "English words and the generated non-speech above | made by this project |")
+WORDS_AS_SOUND_LABELS_ROW = ("| sounds branch (no sound labels) | the synthetic English words above, as the texture "
+                             "head's classes | made by this project |")
+ESC_ATTRIBUTIONS = Path(__file__).resolve().parent.parent / "assets" / "models" / "sounds-texture" / "DATA.md"
+
+
+def data_md(name: str, holdout: dict[str, Any], speech: str, without: str | None = None, negatives: str = "basic",
+            sounds_without_labels: str = "words") -> str:
+    """DATA.md for a checkpoint whose speech branch was ``given`` (--speech-from), ``tuned`` here from
+    one (--speech-init) or trained from ``scratch``, with the corpus ``without`` left out."""
+    held = ", ".join(holdout.get("fsdd_words", []))
+    rows = [GIVEN_ROW.format(what=" (its starting point)" if speech == "tuned" else "")] if speech != "scratch" else []
+    asc = ASC_ROW.format(part="speech branch, router")
+    if speech == "given":
+        fsdd, synth = FSDD_ROW.format(part="router", how=""), SYNTH_ROW.format(part="router", how="")
+    elif speech == "tuned":
+        fsdd = FSDD_ROW.format(part="speech branch, router", how=f", also sped up and slowed down; digits {held} left out")
+        synth = SYNTH_ROW.format(part="speech branch (the digits), router", how=f"; digits {held} left out")
+    else:
+        fsdd = FSDD_ROW.format(part="speech branch, router", how=f"; digits {held} left out")
+        synth = SYNTH_ROW.format(part="speech branch, router", how="")
+    rows += [row for corpus, row in (("asc", asc), ("fsdd", fsdd), ("", synth)) if corpus != without]
+    varied = negatives == "varied"
+    whitening = without == "esc" and sounds_without_labels == "whiten"
+    rows.append(GENERATED_ROW.format(part="router" + (", sounds branch" if whitening else ""),
+                                     varied=VARIED if varied else "", module=", synth_non_speech.py" if varied else ""))
+    if without == "esc":
+        rows.append(UNLABELLED_SOUNDS_ROW if whitening else WORDS_AS_SOUND_LABELS_ROW)
+    else:
+        rows.append(ESC_ROW)
+    return DATA_MD.format(name=name, rows="\n".join(rows), holdout=json.dumps(holdout),
+                          use=NON_COMMERCIAL if without != "esc" else "")
+
+
+def write_data_card(out: Path, name: str, holdout: dict[str, Any], speech: str, without: str | None, negatives: str,
+                    sounds_without_labels: str) -> None:
+    """DATA.md in ``out``, and the ESC-50 clips' Freesound credits in ``out/sounds`` when they trained it."""
+    (out / "DATA.md").write_text(data_md(name, holdout, speech, without, negatives, sounds_without_labels))
+    if without != "esc" and ESC_ATTRIBUTIONS.is_file():  # the same ESC-50 training clips
+        shutil.copyfile(ESC_ATTRIBUTIONS, out / "sounds" / "DATA.md")

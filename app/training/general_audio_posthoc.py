@@ -1,0 +1,77 @@
+"""general-audio's two modes that train nothing: they start from an existing routed-fusion checkpoint.
+
+``--views-from`` (version 3) adds the training-free speech views (app/training/speech_views_fit.py);
+``--router-from`` (version 4) fits the router again on the recipe's router windows
+(app/training/router_refit.py). Both record their own command in the new checkpoint's config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from app.training.general_audio import VARIED_BASIC_FLOOR, VARIED_WINDOWS, router_data, synthesise, training_manifests
+
+ROUTER_NOTE = {
+    "basic": "generated silence, noise and tones (app/training/router_fit.py)",
+    "varied": f"at least {VARIED_BASIC_FLOOR} generated windows of silence, noise and tones and {VARIED_WINDOWS} of nine "
+              "richer kinds: bursts, impacts, sweeps, harmonic tones, click trains, crackle, tones in noise "
+              "(app/training/synth_non_speech.py)",
+}
+
+
+def _own_command(args: argparse.Namespace) -> str:
+    own = getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:]
+    return "recall train general-audio " + shlex.join(own)
+
+
+def fit_views(data: Path, args: argparse.Namespace) -> int:
+    """``--views-from``: no training; fit the speech views (app/training/speech_views_fit.py) and write --out."""
+    from app.training.speech_views_fit import fit_views_checkpoint
+
+    if args.whiten_eps is None and not args.mfcc_bits:
+        raise SystemExit("--views-from needs --whiten-eps and/or --mfcc-bits")
+    update = {"name": args.name or Path(args.out).name, "version": args.version,
+              "reproduce": {"train": _own_command(args),
+                            "note": "minutes on CPU: no network is trained, the statistics are fitted on training-side windows"}}
+    if args.description:
+        update["description"] = args.description
+    else:  # the source's description, plus what the views add
+        from app.encoders.checkpoint import read_config
+
+        views = " and ".join(part for part, on in (("the speech float whitened", args.whiten_eps is not None),
+                                                   (f"a downsampled-MFCC view with {args.mfcc_bits} bits", args.mfcc_bits)) if on)
+        update["description"] = (read_config(args.views_from).get("description", "").rstrip(".")
+                                 + f"; plus training-free speech views: {views}")
+    out = fit_views_checkpoint(data, Path(args.views_from), Path(args.out), args.whiten_eps, args.mfcc_bits, args.seed, update)
+    print(f"speech views (whiten eps {args.whiten_eps}, {args.mfcc_bits} MFCC bits) fitted -> {out}")
+    return 0
+
+
+def refit_router(data: Path, work: Path, args: argparse.Namespace) -> int:
+    """``--router-from``: no training; the source's router fitted again on this recipe's router windows."""
+    from app.training.router_refit import refit_router_checkpoint
+
+    def windows(without: str | None):
+        manifests = training_manifests(data, work, without)
+        return router_data(manifests, synthesise(work, args), args.seed, args.router_clips, args.router_negatives)
+
+    update = {"name": args.name or Path(args.out).name, "version": args.version, "router_negatives": args.router_negatives,
+              "reproduce": {"train": _own_command(args),
+                            "note": "minutes on CPU once --work holds the synthetic speech: only the router is fitted"}}
+    if args.description:
+        update["description"] = args.description
+    elif args.router_negatives == "varied":  # the source's description, plus what the router saw
+        from app.encoders.checkpoint import read_config
+
+        update["description"] = (read_config(args.router_from).get("description", "").rstrip(".")
+                                 + "; its router also learned from varied generated non-speech")
+    note = (f"The router of version {args.version} was fitted again (`--router-from`) on the same data plus "
+            f"{ROUTER_NOTE[args.router_negatives]}, made by this project.")
+    metrics = refit_router_checkpoint(Path(args.router_from), Path(args.out), windows, update, note)
+    accuracy = metrics["router_accuracy"]
+    print(f"router ({args.router_negatives} negatives) accuracy speech {accuracy['speech']:.3f}, "
+          f"non-speech {accuracy['non_speech']:.3f} -> {args.out}")
+    return 0
