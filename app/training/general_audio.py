@@ -202,8 +202,7 @@ def whiten_sounds(synth: dict[str, Path], out: Path, args: argparse.Namespace) -
     a seeded sample of the synthetic English words and the router's generated non-speech
     (app/training/unlabelled_sounds.py)."""
     from app.training.audio_data import load_waves, read_manifest
-    from app.training.router_fit import clip_windows, generated_non_speech
-    from app.training.synth_non_speech import varied_non_speech
+    from app.training.router_fit import clip_windows
     from app.training.unlabelled_sounds import fit_whitening_only
 
     records = read_manifest(synth["synth-en"])
@@ -211,9 +210,7 @@ def whiten_sounds(synth: dict[str, Path], out: Path, args: argparse.Namespace) -
     chosen = sorted(rng.choice(len(records), size=min(args.router_clips, len(records)), replace=False))
     words = clip_windows(load_waves([records[i] for i in chosen], SERVICE_RATE, cache_dir="/tmp/recall-audio-cache"),
                          SERVICE_RATE, WINDOW_S, HOP_S)
-    window = int(WINDOW_S * SERVICE_RATE)
-    generated = (generated_non_speech(VARIED_BASIC_FLOOR, window, SERVICE_RATE, args.seed)
-                 + varied_non_speech(VARIED_WINDOWS, window, SERVICE_RATE, args.seed))
+    generated = generated_negatives(0, "varied", args.seed)  # what the router's non-speech is without real sounds
     fit_whitening_only(words + generated, out, "sounds", args.seed, SERVICE_RATE, WINDOW_S, HOP_S,
                        {"synthetic English words": len(words), "generated non-speech": len(generated)})
 
@@ -228,8 +225,7 @@ def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, p
     so the router learns "not speech" from more than one corpus's classes.
     """
     from app.training.audio_data import load_waves, read_manifest
-    from app.training.router_fit import clip_windows, generated_non_speech, short_in_window, with_noise
-    from app.training.synth_non_speech import varied_non_speech
+    from app.training.router_fit import clip_windows, short_in_window, with_noise
 
     rng = np.random.default_rng(seed)
 
@@ -246,12 +242,18 @@ def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, p
     others = sample(manifests["esc"]) if "esc" in manifests else []
     other_windows = clip_windows(others, SERVICE_RATE, WINDOW_S, HOP_S)
     other_windows += short_in_window(others[::2], SERVICE_RATE, WINDOW_S, seed)
+    return speech_windows, other_windows + generated_negatives(len(other_windows), negatives, seed)
+
+
+def generated_negatives(real: int, negatives: str, seed: int) -> list[np.ndarray]:
+    """The generated non-speech that joins ``real`` real sound windows (see :func:`router_data`)."""
+    from app.training.router_fit import generated_non_speech
+    from app.training.synth_non_speech import varied_non_speech
+
     window = int(WINDOW_S * SERVICE_RATE)
     floor = VARIED_BASIC_FLOOR if negatives == "varied" else 20
-    other_windows += generated_non_speech(max(floor, len(other_windows) // 2), window, SERVICE_RATE, seed)
-    if negatives == "varied":
-        other_windows += varied_non_speech(VARIED_WINDOWS, window, SERVICE_RATE, seed)
-    return speech_windows, other_windows
+    basic = generated_non_speech(max(floor, real // 2), window, SERVICE_RATE, seed)
+    return basic + (varied_non_speech(VARIED_WINDOWS, window, SERVICE_RATE, seed) if negatives == "varied" else [])
 
 
 def run(args: argparse.Namespace) -> int:
