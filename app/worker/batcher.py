@@ -12,6 +12,8 @@ default) lets the batch wait up to ``max_wait_s`` after its first input. An *imp
 :meth:`DynamicBatcher.expecting`, that their inputs are on the way (a query being decoded), and
 still at most ``max_wait_s``. A lone query therefore goes straight to the model, while
 concurrent queries share batches: those that arrive while a batch runs form the next one.
+Queries never share a batch with ingest: they go first, alone, and while they keep coming
+ingest runs in smaller batches, so search stays fast while a long recording is ingested.
 
 If the batch function raises, every group with inputs in that batch fails with that error.
 """
@@ -28,11 +30,16 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 from app.errors import Overloaded, Unhealthy
 from app.worker.tasks import cancel_and_wait
 
+# while a query was taken this recently, ingest batches are kept to max_batch_size // INGEST_DIVISOR_WHILE_QUERIED
+# (see DynamicBatcher._take_batch)
+QUERIED_RECENTLY_S = 1.0
+INGEST_DIVISOR_WHILE_QUERIED = 4
+
 In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-@dataclass
+@dataclass(eq=False)  # identity: the queue removes *this* group (comparing inputs, numpy arrays, would raise)
 class _Group(Generic[In]):
     inputs: Sequence[In]
     future: asyncio.Future
@@ -117,6 +124,7 @@ class DynamicBatcher(Generic[In, Out]):
         self._stopped = False
         self._expected = 0  # requests that announced inputs on their way (see expecting)
         self.batch_has_query = False  # whether the batch being run holds an impatient group
+        self._last_query_at = float("-inf")  # when a batch last took a query (monotonic seconds)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -191,7 +199,7 @@ class DynamicBatcher(Generic[In, Out]):
             deadline = time.monotonic() + self.max_wait_s
             # wait for company until the batch is full or the deadline passes, and only while
             # someone is worth waiting for: a patient group, or an announced request
-            while self.queue_depth < self.max_batch_size and self._worth_waiting():
+            while self.queue_depth < self._room() and self._worth_waiting():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -224,32 +232,57 @@ class DynamicBatcher(Generic[In, Out]):
                         group.future.set_result(group.outputs)
 
     def _worth_waiting(self) -> bool:
+        # a batch with a query in it takes queries only (see _take_batch): it waits for announced
+        # queries, never for ingest company
+        if self._queries_waiting():
+            return self._expected > 0
         return self._expected > 0 or any(group.patient for group in self._queue)
 
     def _take_batch(self) -> list[tuple[_Group[In], int, int]]:
-        """Inputs for the next batch: impatient groups (queries) first, in arrival order, then
-        patient ones (ingest). A query queued behind a long recording's hundreds of windows
-        would otherwise wait for all of them: seconds of search latency during an ingest."""
+        """Inputs for the next batch: the queued impatient groups (queries) alone, in arrival order;
+        only when none is queued, patient ones (ingest).
+
+        A query queued behind a long recording's hundreds of windows would otherwise wait for all
+        of them (seconds of search latency during an ingest), and a query batch topped up with
+        ingest windows would take as long as a full ingest batch instead of one window's time.
+        While queries keep coming (one in the last ``QUERIED_RECENTLY_S``), ingest batches are
+        also kept to a quarter of ``max_batch_size``: a query that arrives while one runs waits
+        for that batch, so a smaller batch bounds its wait."""
+        queries = self._queries_waiting()
+        if queries:
+            self._last_query_at = time.monotonic()
+        room = self._room()
         slices = []
-        room = self.max_batch_size
-        for take_patient in (False, True):
-            for group in list(self._queue):
-                if room == 0:
-                    break
-                if group.patient != take_patient:
-                    continue
-                if group.future.done():  # cancelled or failed: costs no model time
-                    self._discard(group)
-                    continue
-                start = group.taken
-                stop = min(len(group.inputs), start + room)
-                slices.append((group, start, stop))
-                group.taken = stop
-                room -= stop - start
-                if group.taken == len(group.inputs):
-                    self._discard(group)
-        self.batch_has_query = any(not group.patient for group, _, _ in slices)
+        for group in list(self._queue):
+            if room == 0:
+                break
+            if group.patient == queries:  # queries alone when there are any, else ingest
+                continue
+            if group.future.done():  # cancelled or failed: costs no model time
+                self._discard(group)
+                continue
+            start = group.taken
+            stop = min(len(group.inputs), start + room)
+            slices.append((group, start, stop))
+            group.taken = stop
+            room -= stop - start
+            if group.taken == len(group.inputs):
+                self._discard(group)
+        self.batch_has_query = queries and bool(slices)
         return slices
+
+    def _queries_waiting(self) -> bool:
+        """Whether an impatient group (a query) has inputs no batch has taken yet."""
+        return any(not g.patient and g.taken < len(g.inputs) and not g.future.done() for g in self._queue)
+
+    def _room(self) -> int:
+        """The next batch's size limit: a quarter of ``max_batch_size`` for ingest while queries
+        keep coming (see :meth:`_take_batch`), else all of it."""
+        if self._queries_waiting():
+            return self.max_batch_size
+        if time.monotonic() - self._last_query_at < QUERIED_RECENTLY_S:
+            return max(1, self.max_batch_size // INGEST_DIVISOR_WHILE_QUERIED)
+        return self.max_batch_size
 
     def _drop_cancelled(self) -> None:
         # a client that went away should not cost model time

@@ -162,15 +162,17 @@ def test_an_announcement_that_ends_without_a_submit_releases_the_batch():
     asyncio.run(main())
 
 
-def test_a_patient_group_in_the_batch_still_waits_for_company():
+def test_a_query_runs_alone_and_leaves_the_ingest_to_wait_for_its_own_company():
     async def main():
         rec = Recorder()
-        batcher = DynamicBatcher(rec, max_batch_size=3, max_wait_s=1000)
+        batcher = DynamicBatcher(rec, max_batch_size=8, max_wait_s=1000)
         ingest = asyncio.ensure_future(batcher.submit(1))  # patient (the default)
         query = asyncio.ensure_future(batcher.submit(2, patient=False))
+        assert await asyncio.wait_for(query, 5) == 20  # not held for the ingest's sake, nor batched with it
         await asyncio.sleep(0.05)
-        assert not ingest.done() and not query.done()  # batch not full, a patient group waits
-        assert (await batcher.submit(3), await ingest, await query) == (30, 10, 20)
+        assert not ingest.done()  # its batch (a quarter of 8 while queries come) is not full: it waits for company
+        assert (await batcher.submit(3), await ingest) == (30, 10)
+        assert rec.calls == [[2], [1, 3]]
         await batcher.stop()
 
     asyncio.run(main())
@@ -196,9 +198,60 @@ def test_queries_go_before_a_long_recordings_windows():
         assert await query == 70
         assert await ingest == [x * 10 for x in range(100, 200)]
         assert rec.calls[0] == list(range(100, 108))
-        assert rec.calls[1][0] == 7  # the query leads the second batch, the ingest fills the rest
-        assert rec.calls[1][1:] == list(range(108, 115))
+        assert rec.calls[1] == [7]  # the query alone in the second batch: one window's time, not eight
+        assert {len(call) for call in rec.calls[2:-1]} == {2}  # then, a query being recent, ingest in quarters
         assert [x for call in rec.calls for x in call if x != 7] == list(range(100, 200))  # ingest order kept
+        await batcher.stop()
+
+    asyncio.run(main())
+
+
+def test_ingest_batches_are_full_again_once_queries_stop(monkeypatch: pytest.MonkeyPatch):
+    import app.worker.batcher as batcher_module
+
+    monkeypatch.setattr(batcher_module, "QUERIED_RECENTLY_S", 0.2)
+
+    async def main():
+        rec = Recorder()
+        batcher = DynamicBatcher(rec, max_batch_size=8, max_wait_s=0)
+        assert await batcher.submit(1, patient=False) == 10
+        await batcher.submit_many(list(range(100, 116)))  # right after a query: quarters
+        await asyncio.sleep(0.3)
+        await batcher.submit_many(list(range(200, 216)))  # no query for a while: full batches
+        assert [len(call) for call in rec.calls] == [1] + [2] * 8 + [8, 8]
+        await batcher.stop()
+
+    asyncio.run(main())
+
+
+def test_array_inputs_queued_behind_an_ingest_are_discarded_once_taken():
+    """Groups are removed from the queue by identity: comparing two groups' numpy inputs would raise, and a
+    query left in the queue after its batch would keep the ingest behind it from ever running."""
+    import numpy as np
+
+    async def main():
+        gate = threading.Event()
+        calls = []
+
+        def run(batch):
+            gate.wait(10)
+            calls.append(len(batch))
+            return [float(x.sum()) for x in batch]
+
+        batcher = DynamicBatcher(run, max_batch_size=4, max_wait_s=0)
+        ingest = asyncio.ensure_future(batcher.submit_many([np.full(3, i, np.float32) for i in range(12)]))
+        await asyncio.sleep(0.05)  # the ingest's first batch is running: the next groups queue behind it
+        short = asyncio.ensure_future(batcher.submit(np.full(3, 50, np.float32)))  # one window, like a query
+        queries = [asyncio.ensure_future(batcher.submit(np.full(3, 100 + q, np.float32), patient=False)) for q in range(2)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        answers = await asyncio.wait_for(asyncio.gather(*queries), 5)
+        assert answers == [300.0, 303.0]
+        assert all(g.taken < len(g.inputs) for g in batcher._queue)  # the answered queries' groups are gone
+        assert await asyncio.wait_for(ingest, 5) == [3.0 * i for i in range(12)]
+        assert await asyncio.wait_for(short, 5) == 150.0
+        assert batcher.queue_depth == 0 and not batcher._queue  # nothing left behind
+        assert calls[1] == 2  # both queries in one batch, alone
         await batcher.stop()
 
     asyncio.run(main())
