@@ -215,13 +215,17 @@ class RoutedFusionEncoder(Encoder):
             floats, codes = steps.join(*speech, *sounds)
         return floats, codes, sounds[2]
 
+    def _fitted(self, chunk: Sequence[np.ndarray]) -> np.ndarray:
+        """(B, window) float32: each input cut or zero-padded to the window."""
+        return np.stack([fit_to_window(torch.from_numpy(np.require(w, np.float32, ["W"])), self.window).numpy()
+                         for w in chunk])
+
     def speech_probability(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
         """The router's p(speech) of each window (service rate, fitted to the window as :meth:`encode`
         does): a window is embedded in the speech half of the code when this is >= 0.5."""
         out = []
         for start in range(0, len(inputs), ENCODE_CHUNK):
-            waves = np.stack([fit_to_window(torch.from_numpy(np.require(w, np.float32, ["W"])), self.window).numpy()
-                              for w in inputs[start: start + ENCODE_CHUNK]])
+            waves = self._fitted(inputs[start: start + ENCODE_CHUNK])
             with torch.inference_mode():
                 stats = self.sounds.features(torch.from_numpy(waves).to(self.device))
                 out.append(self.router(stats[:, 0]).float().cpu().numpy())
@@ -230,10 +234,7 @@ class RoutedFusionEncoder(Encoder):
     def encode(self, inputs: Sequence[np.ndarray]) -> Embeddings:
         floats, values = [], []
         for start in range(0, len(inputs), ENCODE_CHUNK):
-            chunk = inputs[start: start + ENCODE_CHUNK]
-            waves = np.stack([fit_to_window(torch.from_numpy(np.require(w, np.float32, ["W"])), self.window).numpy()
-                              for w in chunk])
-            f, v, _ = self.embed_batch(waves)
+            f, v, _ = self.embed_batch(self._fitted(inputs[start: start + ENCODE_CHUNK]))
             floats.append(f.float().cpu().numpy())
             values.append(v.float().cpu().numpy())
         if not floats:

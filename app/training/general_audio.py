@@ -201,15 +201,11 @@ def whiten_sounds(synth: dict[str, Path], out: Path, args: argparse.Namespace) -
     """The sounds branch without labelled sounds: a whitening of the texture statistics alone, fitted on
     a seeded sample of the synthetic English words and the router's generated non-speech
     (app/training/unlabelled_sounds.py)."""
-    from app.training.audio_data import load_waves, read_manifest
     from app.training.router_fit import clip_windows
     from app.training.unlabelled_sounds import fit_whitening_only
 
-    records = read_manifest(synth["synth-en"])
     rng = np.random.default_rng(args.seed)
-    chosen = sorted(rng.choice(len(records), size=min(args.router_clips, len(records)), replace=False))
-    words = clip_windows(load_waves([records[i] for i in chosen], SERVICE_RATE, cache_dir="/tmp/recall-audio-cache"),
-                         SERVICE_RATE, WINDOW_S, HOP_S)
+    words = clip_windows(sample_waves(synth["synth-en"], args.router_clips, rng), SERVICE_RATE, WINDOW_S, HOP_S)
     generated = generated_negatives(0, "varied", args.seed)  # what the router's non-speech is without real sounds
     fit_whitening_only(words + generated, out, "sounds", args.seed, SERVICE_RATE, WINDOW_S, HOP_S,
                        {"synthetic English words": len(words), "generated non-speech": len(generated)})
@@ -224,15 +220,10 @@ def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, p
     (version 4): at least 600 of those plus 1,800 of nine richer kinds (app/training/synth_non_speech.py),
     so the router learns "not speech" from more than one corpus's classes.
     """
-    from app.training.audio_data import load_waves, read_manifest
     from app.training.router_fit import clip_windows, short_in_window, with_noise
 
     rng = np.random.default_rng(seed)
-
-    def sample(path: Path) -> list[np.ndarray]:
-        records = read_manifest(path)
-        chosen = sorted(rng.choice(len(records), size=min(per_source, len(records)), replace=False))
-        return load_waves([records[i] for i in chosen], SERVICE_RATE, cache_dir="/tmp/recall-audio-cache")
+    sample = lambda path: sample_waves(path, per_source, rng)  # noqa: E731 (one generator across sources)
 
     speech = [w for key in ("asc", "fsdd") if key in manifests for w in sample(manifests[key])]
     speech += [w for path in synth.values() for w in sample(path)]
@@ -243,6 +234,15 @@ def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, p
     other_windows = clip_windows(others, SERVICE_RATE, WINDOW_S, HOP_S)
     other_windows += short_in_window(others[::2], SERVICE_RATE, WINDOW_S, seed)
     return speech_windows, other_windows + generated_negatives(len(other_windows), negatives, seed)
+
+
+def sample_waves(manifest: Path, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """A seeded sample of up to ``n`` of a manifest's clips, in manifest order, at the service rate."""
+    from app.training.audio_data import load_waves, read_manifest
+
+    records = read_manifest(manifest)
+    chosen = sorted(rng.choice(len(records), size=min(n, len(records)), replace=False))
+    return load_waves([records[i] for i in chosen], SERVICE_RATE, cache_dir="/tmp/recall-audio-cache")
 
 
 def generated_negatives(real: int, negatives: str, seed: int) -> list[np.ndarray]:

@@ -110,14 +110,18 @@ def fit_router(speech_stats: np.ndarray, other_stats: np.ndarray, c: float = 0.1
     return router, accuracy
 
 
+def copy_branch(source: str | Path, target: Path) -> None:
+    """A branch checkpoint copied into a fused checkpoint's sub-directory (its training state left behind)."""
+    if Path(source).resolve() != target.resolve():
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("train_state.pt"))
+
+
 def assemble(out: str | Path, speech_dir: str | Path, sounds_dir: str | Path, router: Router, config: dict[str, Any],
              metrics: dict[str, Any]) -> Path:
     """Write the fused checkpoint: router weights and config at the top, each branch copied into its sub-directory."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for branch, source in zip(BRANCHES, (speech_dir, sounds_dir)):
-        target = out / branch
-        if Path(source).resolve() != target.resolve():
-            shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("train_state.pt"))
+        copy_branch(source, out / branch)
     return save_checkpoint(out, router.state_dict(), {"family": FAMILY, **config}, metrics)

@@ -8,7 +8,6 @@ was trained ``--without`` stay left out.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,7 +15,7 @@ import numpy as np
 
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
 from app.encoders.speech_views import PREFIX as VIEWS_PREFIX
-from app.training.router_fit import fit_router, texture_statistics
+from app.training.router_fit import copy_branch, fit_router, texture_statistics
 
 RouterWindows = Callable[[str | None], tuple[list[np.ndarray], list[np.ndarray]]]
 
@@ -41,8 +40,7 @@ def refit_router_checkpoint(source: Path, out: Path, router_windows: RouterWindo
     views = {k: v for k, v in state.items() if k.startswith(VIEWS_PREFIX)}
     out.mkdir(parents=True, exist_ok=True)
     for branch in ("speech", "sounds"):
-        shutil.rmtree(out / branch, ignore_errors=True)
-        shutil.copytree(source / branch, out / branch)
+        copy_branch(source / branch, out / branch)
     card = (source / "DATA.md").read_text() if (source / "DATA.md").is_file() else ""
     if card or data_note:
         (out / "DATA.md").write_text(card + (f"\n{data_note}\n" if data_note else ""))

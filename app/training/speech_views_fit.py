@@ -26,6 +26,7 @@ from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_confi
 from app.encoders.levin_mfcc import MFCC_DIM, N_MELS, downsampled_mfcc
 from app.encoders.speech_views import PREFIX, fitted_views
 from app.features.logmel import LogMel
+from app.training.router_fit import copy_branch
 
 ASC_SAMPLE = 600
 CHUNK = 64
@@ -92,8 +93,7 @@ def fit_views_checkpoint(data: Path, source: Path, out: Path, whiten_eps: float 
 
     out.mkdir(parents=True, exist_ok=True)
     for branch in ("speech", "sounds"):
-        shutil.rmtree(out / branch, ignore_errors=True)
-        shutil.copytree(source / branch, out / branch)
+        copy_branch(source / branch, out / branch)
     if (source / "DATA.md").is_file():
         shutil.copyfile(source / "DATA.md", out / "DATA.md")
     state, _ = load_checkpoint(source)
