@@ -61,6 +61,9 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--no-augment", dest="augment", action="store_false")
     p.add_argument("--spec-augment", action="store_true",
                    help="attn-hash: also mask random mel bands and frames (SpecAugment) in training")
+    p.add_argument("--channel-augment", action="store_true",
+                   help="attn-hash: also colour training windows with a random equaliser (half of them) and a "
+                        "synthetic room (a third), so a word through another microphone stays the same word")
     p.add_argument("--cache-dir", default="/tmp/recall-audio-cache", help="decoded-audio cache ('' disables)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
@@ -147,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
         window_s=args.window, hop_s=args.hop, hidden=args.hidden, heads=args.heads, d_a=args.d_a, hash_norm=args.hash_norm, output_relu=args.output_relu, dropout=args.dropout,
         epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience, lr_patience=args.lr_patience, keep=args.keep,
         seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
-        mining=args.mining, augment=args.augment, spec_augment=args.spec_augment, cache_dir=args.cache_dir or None, threads=args.threads,
+        mining=args.mining, augment=args.augment, spec_augment=args.spec_augment,
+        channel_augment=args.channel_augment, cache_dir=args.cache_dir or None, threads=args.threads,
         device=args.device, description=args.description, extra_manifests=args.extra_manifests, init_from=args.init_from,
         command=_command(args),
     )

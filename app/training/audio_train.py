@@ -22,7 +22,7 @@ from app.encoders import attn_hash, siamese
 from app.encoders._trained_audio import build_parts
 from app.encoders.checkpoint import save_checkpoint
 from app.training.audio_data import Record, load_waves, read_manifest, read_pack, split_records, with_extra_training
-from app.training.augment import AugmentConfig, eval_window, training_window
+from app.training.augment import CHANNEL_AUGMENT, AugmentConfig, eval_window, training_window
 from app.training.fine_tune import load_init_weights
 from app.training.spec_augment import MaskConfig, mask_features
 from app.training.losses import HashLossWeights, contrastive_loss, hashing_objective
@@ -79,6 +79,7 @@ class TrainConfig:
     mining: Literal["random", "semihard", "hard"] = "semihard"
     augment: bool = True
     spec_augment: bool = False  # attn-hash: mask random mel bands and frames (app/training/spec_augment.py)
+    channel_augment: bool = False  # random equaliser and room on training windows (app/training/channel_augment.py)
     cache_dir: str | None = "/tmp/recall-audio-cache"
     threads: int = 2
     device: str = "cpu"
@@ -202,6 +203,8 @@ class Trainer:
                           if cfg.lr_patience > 0 else None)
         self.weights = HashLossWeights(cfg.alpha, cfg.beta, cfg.gamma, cfg.margin)
         self.augment = AugmentConfig() if cfg.augment else AugmentConfig(0.0, 0.0, 0.0, (0, 0), (0, 0), 0.0, (1, 1))
+        if cfg.augment and cfg.channel_augment:
+            self.augment = dataclasses.replace(self.augment, **CHANNEL_AUGMENT)
         self.out = Path(cfg.out)
         self.state_path = self.out / "train_state.pt"
         self.epoch, self.best, self.bad_epochs, self.history = 0, -1.0, 0, []

@@ -155,7 +155,7 @@ def speech_argv(data: Path, manifests: dict[str, Path], synth: dict[str, Path], 
               "--hop", str(HOP_S), "--hidden", "96", "--val-groups", "1", "--epochs", str(args.speech_epochs),
               "--steps", str(args.speech_steps), "--patience", str(args.speech_patience), "--lr-patience", "3", "--spec-augment",
               "--seed", str(args.seed), "--device", args.device, "--threads", str(args.threads), "--name", "speech",
-              "--out", str(out)]
+              "--out", str(out), *(["--channel-augment"] if args.speech_channel_augment else [])]
     if args.speech_init:
         # the starting checkpoint heard every Arabic keyword from the non-held-out speakers, so it
         # goes on with all of them (held-out speakers still out); English digits from real and
@@ -342,6 +342,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--speech-patience", type=int, default=6,
                    help="stop the speech branch after this many epochs without a better validation MAP (a "
                         "from-scratch branch, e.g. --without asc, needs far more than the default)")
+    p.add_argument("--speech-channel-augment", action="store_true",
+                   help="train the speech branch with channel augmentation too (random equaliser and room)")
     p.add_argument("--retrain", action="store_true", help="train the branches again even if --work has them")
     p.add_argument("--speech-from", metavar="CHECKPOINT_DIR",
                    help="use this attn-hash checkpoint as the speech branch instead of training one")

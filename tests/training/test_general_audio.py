@@ -105,8 +105,9 @@ def test_fine_tuning_keeps_held_out_speakers_out_and_adds_the_english_digits(dat
     manifests = general_audio.training_manifests(data, tmp_path, without=None)
     synth = {"pseudo": tmp_path / "p.csv", "synth-en": tmp_path / "e.csv", "digits": tmp_path / "d.csv"}
     args = general_audio.argparse.Namespace(speech_init="ckpt", speech_epochs=3, speech_steps=5, speech_patience=9, seed=0,
-                                            device="cpu", threads=1)
+                                            device="cpu", threads=1, speech_channel_augment=False)
     argv = general_audio.speech_argv(data, manifests, synth, tmp_path / "out", args)
+    assert "--channel-augment" not in argv
     flag = lambda name: argv[argv.index(name) + 1]  # noqa: E731
     assert flag("--init-from") == "ckpt" and flag("--manifest") == str(data / "asc" / "asc.csv")
     assert flag("--holdout").split(",") == list(general_audio.ASC_HOLDOUT_SPEAKERS)
@@ -123,6 +124,9 @@ def test_fine_tuning_keeps_held_out_speakers_out_and_adds_the_english_digits(dat
     scratch = general_audio.speech_argv(data, manifests, synth, tmp_path / "out",
                                         general_audio.argparse.Namespace(**{**vars(args), "speech_init": None}))
     assert "--init-from" not in scratch and scratch[scratch.index("--manifest") + 1] == str(manifests["asc"])
+    coloured = general_audio.speech_argv(data, manifests, synth, tmp_path / "out",
+                                         general_audio.argparse.Namespace(**{**vars(args), "speech_channel_augment": True}))
+    assert sorted(coloured) == sorted([*argv, "--channel-augment"])  # the flag reaches the trainer, nothing else changes
 
 
 @pytest.mark.system("espeak-ng")
