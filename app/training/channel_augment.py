@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import numpy as np
 
-EQ_POINTS = 6  # control points of the gain curve: about one per octave over 125 Hz-4 kHz
+EQ_POINTS = 6  # control points of the gain curve: about one per octave from 100 Hz to 4 kHz (8 kHz audio)
 EQ_LOW_HZ = 100.0
 
 
-def eq_curve(n_bins: int, sample_rate: int, gains_db: np.ndarray) -> np.ndarray:
-    """Linear gains for ``n_bins`` rfft bins: ``gains_db`` at control frequencies spaced evenly in
-    log-frequency from EQ_LOW_HZ to Nyquist, linearly interpolated (in dB) between them and held
-    flat beyond the ends, so the curve is smooth like a microphone's response, not a comb."""
-    freqs = np.linspace(0.0, sample_rate / 2, n_bins)
+def eq_curve(n_samples: int, sample_rate: int, gains_db: np.ndarray) -> np.ndarray:
+    """Linear gains for the rfft bins of ``n_samples`` samples: ``gains_db`` at control frequencies
+    spaced evenly in log-frequency from EQ_LOW_HZ to Nyquist, linearly interpolated (in dB) between
+    them and held flat beyond the ends, so the curve is smooth like a microphone's response, not a comb."""
+    freqs = np.fft.rfftfreq(n_samples, 1.0 / sample_rate)
     controls = np.geomspace(EQ_LOW_HZ, sample_rate / 2, len(gains_db))
     db = np.interp(np.log(np.maximum(freqs, 1e-3)), np.log(controls), gains_db)
     return 10.0 ** (db / 20.0)
@@ -34,11 +34,7 @@ def random_eq(wave: np.ndarray, sample_rate: int, rng: np.random.Generator, max_
     The result's RMS is that of the input: level is the gain augmentation's job."""
     gains = rng.uniform(-max_db, max_db, EQ_POINTS)
     spectrum = np.fft.rfft(wave.astype(np.float64))
-    out = np.fft.irfft(spectrum * eq_curve(len(spectrum), sample_rate, gains), n=len(wave))
-    before, after = np.sqrt(np.mean(wave.astype(np.float64) ** 2)), np.sqrt(np.mean(out ** 2))
-    if after > 0:
-        out *= before / after
-    return out.astype(np.float32)
+    return _at_level_of(wave, np.fft.irfft(spectrum * eq_curve(len(wave), sample_rate, gains), n=len(wave)))
 
 
 def synthetic_room(sample_rate: int, rt60_s: float, rng: np.random.Generator) -> np.ndarray:
@@ -59,8 +55,10 @@ def reverberate(wave: np.ndarray, sample_rate: int, rng: np.random.Generator,
     room = synthetic_room(sample_rate, rng.uniform(*rt60_s), rng)
     n = len(wave) + len(room) - 1
     size = 1 << (n - 1).bit_length()
-    out = np.fft.irfft(np.fft.rfft(wave.astype(np.float64), size) * np.fft.rfft(room, size), size)[: len(wave)]
+    return _at_level_of(wave, np.fft.irfft(np.fft.rfft(wave.astype(np.float64), size) * np.fft.rfft(room, size), size)[: len(wave)])
+
+
+def _at_level_of(wave: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out`` scaled to ``wave``'s RMS, as float32: the channel colours, the gain augmentation sets the level."""
     before, after = np.sqrt(np.mean(wave.astype(np.float64) ** 2)), np.sqrt(np.mean(out ** 2))
-    if after > 0:
-        out *= before / after
-    return out.astype(np.float32)
+    return (out * (before / after) if after > 0 else out).astype(np.float32)

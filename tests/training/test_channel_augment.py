@@ -16,15 +16,16 @@ RATE = 8000
 
 def test_the_curve_passes_through_its_control_points_and_interpolates_in_log_frequency() -> None:
     gains = np.array([6.0, -6.0, 0.0, 3.0, -3.0, 1.0])
-    n_bins = RATE // 2 + 1  # 1 Hz apart
-    curve = 20 * np.log10(eq_curve(n_bins, RATE, gains))
+    n_bins = RATE // 2 + 1  # one second of samples: bins 1 Hz apart
+    curve = 20 * np.log10(eq_curve(RATE, RATE, gains))
     controls = EQ_LOW_HZ * (RATE / 2 / EQ_LOW_HZ) ** (np.arange(EQ_POINTS) / (EQ_POINTS - 1))
     assert curve[100] == pytest.approx(6.0) and curve[4000] == pytest.approx(1.0)  # the two ends
     assert curve[0] == pytest.approx(6.0) and curve[50] == pytest.approx(6.0)  # held flat below 100 Hz
     # halfway between the first two controls in log-frequency, halfway between their gains in dB
     middle = np.sqrt(controls[0] * controls[1])
     assert np.interp(middle, np.arange(n_bins), curve) == pytest.approx(0.0, abs=0.05)
-    assert np.allclose(eq_curve(n_bins, RATE, np.zeros(EQ_POINTS)), 1.0)
+    assert np.allclose(eq_curve(RATE, RATE, np.zeros(EQ_POINTS)), 1.0) and len(curve) == n_bins
+    assert len(eq_curve(RATE + 1, RATE, gains)) == n_bins  # an odd length: its bins, not Nyquist's
 
 
 def test_the_equaliser_scales_each_frequency_by_its_gain_and_keeps_the_level() -> None:
@@ -32,7 +33,7 @@ def test_the_equaliser_scales_each_frequency_by_its_gain_and_keeps_the_level() -
     wave = (0.3 * np.sin(2 * np.pi * 300 * t) + 0.3 * np.sin(2 * np.pi * 1500 * t)).astype(np.float32)
     out = random_eq(wave, RATE, np.random.default_rng(7), max_db=6.0)
     gains = np.random.default_rng(7).uniform(-6.0, 6.0, EQ_POINTS)  # the same draw, by hand
-    curve = eq_curve(RATE // 2 + 1, RATE, gains)
+    curve = eq_curve(RATE, RATE, gains)
     spectrum = np.abs(np.fft.rfft(out.astype(np.float64)))
     assert spectrum[300] / spectrum[1500] == pytest.approx(curve[300] / curve[1500], rel=1e-4)
     assert np.sqrt(np.mean(out.astype(np.float64) ** 2)) == pytest.approx(np.sqrt(np.mean(wave.astype(np.float64) ** 2)), rel=1e-5)
