@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,9 +175,13 @@ def load_waves(records: list[Record], sample_rate: int, cache_dir: str | Path | 
         offsets = np.cumsum([0] + [len(w) for w in waves]).astype(np.int64)
         cache.mkdir(parents=True, exist_ok=True)
         joined = np.concatenate(waves) if waves else np.zeros(0, np.float32)
-        np.save(str(data_path) + ".tmp.npy", joined)
-        np.save(offsets_path, offsets)
-        Path(str(data_path) + ".tmp.npy").replace(data_path)
+        # temporary names of this call's own: two trainings started together decode the same manifest, and a
+        # shared name let one move the other's half-written file away (FileNotFoundError in the second).
+        # Offsets land first, the data last, so a reader that finds both finds them whole.
+        for target, array in ((offsets_path, offsets), (data_path, joined)):
+            temporary = target.with_name(f"{target.stem}.{os.getpid()}-{uuid.uuid4().hex}.tmp.npy")
+            np.save(temporary, array)
+            temporary.replace(target)
     data = np.load(data_path, mmap_mode="r")
     offsets = np.load(offsets_path)
     return [np.asarray(data[offsets[i] : offsets[i + 1]]) for i in range(len(records))]

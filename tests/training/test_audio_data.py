@@ -177,3 +177,46 @@ def test_the_mean_rule_averages_each_query_window_best_match() -> None:
     expected = np.array([[1.0, (0.9 + 0.3) / 2],
                          [(0.9 + 0.1) / 2, 1.0]])
     np.testing.assert_allclose(mean_window_scores(sims, owner, 2), expected)
+
+
+def test_two_loads_writing_the_same_cache_at_once_both_succeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two trainings started together decode one manifest into one cache entry: each must get whole audio."""
+    import threading
+
+    import app.training.audio_data as audio_data
+
+    rng = np.random.default_rng(0)
+    records = []
+    for i in range(3):
+        path = tmp_path / f"c{i}.wav"
+        sf.write(path, (0.1 * rng.standard_normal(800 + 100 * i)).astype(np.float32), 8000)
+        records.append(Record(str(path), "x"))
+    both_saved = threading.Barrier(2, timeout=10)
+    real_save = np.save
+
+    def save_then_wait(file, array, *args, **kwargs):  # both calls write their files before either moves one
+        real_save(file, array, *args, **kwargs)
+        if str(file).endswith("tmp.npy"):
+            both_saved.wait()
+
+    monkeypatch.setattr(audio_data.np, "save", save_then_wait)
+    results, errors = [None, None], []
+
+    def load(slot: int) -> None:
+        try:
+            results[slot] = load_waves(records, 8000, cache_dir=tmp_path / "cache")
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    expected = [sf.read(r.path, dtype="float32")[0] for r in records]
+    for waves in results:
+        assert [len(w) for w in waves] == [800, 900, 1000]
+        assert all(np.array_equal(w, e) for w, e in zip(waves, expected))
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted(  # no temporary file left behind
+        p.name for p in (tmp_path / "cache").glob("*.npy") if "tmp" not in p.name)
