@@ -262,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
                              "OUT/generalisation.json, every other row unchanged")
     parser.add_argument("--localisation", action="store_true",
                         help="with --rerender: add the spoken-term localisation task to an existing report")
+    parser.add_argument("--keep-loco", action="store_true",
+                        help="a full run: keep OUT/generalisation.json's leave-one-corpus-out rows (each with its own "
+                             "run's baselines) instead of dropping them")
     parser.add_argument("--rerender", action="store_true",
                         help="recompute targets and the markdown from OUT/generalisation.json without measuring again")
     args = parser.parse_args(argv)
@@ -330,7 +333,12 @@ def main(argv: list[str] | None = None) -> int:
               **({"loco_runs": loco_runs} if loco_runs else {}),
               "localisation": spoken_term_localisation(
                   Path(args.data), {n: create_encoder(n, specs) for n in (default, "speech-attn-hash", "audio-baseline")})}
-    report["targets"] = targets(results, default, holdout, report["localisation"]) if default in results else []
+    if args.keep_loco and (out / "generalisation.json").is_file():
+        from bench.audio_loco import keep_loco_rows
+
+        keep_loco_rows(report, json.loads((out / "generalisation.json").read_text()))
+    report["targets"] = targets(results, default, holdout, report["localisation"],
+                                report.get("loco_runs")) if default in results else []
     out.mkdir(parents=True, exist_ok=True)
     (out / "generalisation.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "generalisation.md").write_text(markdown(report))

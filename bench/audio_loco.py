@@ -90,6 +90,23 @@ def measure(data: Path, spec: str, report: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def keep_loco_rows(report: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
+    """``report`` with ``previous``'s leave-one-corpus-out rows added, where ``report`` has no row of that name.
+
+    A LOCO row does not depend on the default encoder and carries its own run's baselines, date and
+    commands, so a full re-measure of the default (a new version) can keep the rows that took hours to train."""
+    runs = report.setdefault("loco_runs", {})
+    for row, run in (previous.get("loco_runs") or {}).items():
+        if row not in runs and row in previous.get("results", {}):
+            runs[row] = run
+            report["results"][row] = previous["results"][row]
+    if not runs:
+        report.pop("loco_runs")
+    if previous.get("loco_note") and not report.get("loco_note"):
+        report["loco_note"] = previous["loco_note"]
+    return report
+
+
 def best_baseline(results: dict[str, Any], loco_runs: dict[str, Any], row: str, set_name: str) -> float:
     """The best training-free float MAP on ``set_name``: from the LOCO row's own run where it has one."""
     source = loco_runs.get(row, {}).get("baselines") or results

@@ -263,9 +263,11 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.time()
     data, work = Path(args.data).resolve(), Path(args.work)  # manifests hold absolute paths
-    if args.views_from or args.router_from:  # versions 3 and 4: nothing trained, see general_audio_posthoc
-        from app.training.general_audio_posthoc import fit_views, refit_router
+    if args.views_from or args.router_from or args.speech_soup:  # nothing trained, see general_audio_posthoc
+        from app.training.general_audio_posthoc import fit_views, make_soup, refit_router
 
+        if args.speech_soup:
+            return make_soup(data, args)
         return fit_views(data, args) if args.views_from else refit_router(data, work, args)
     manifests = training_manifests(data, work, args.without)
     synth = synthesise(work, args)
@@ -356,6 +358,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--router-from", metavar="CHECKPOINT_DIR",
                    help="train nothing: take this routed-fusion checkpoint's branches and speech views and fit its "
                         "router again (with --router-negatives)")
+    p.add_argument("--speech-soup", metavar="DIR,DIR[,...]",
+                   help="train nothing: average the speech branches of these routed-fusion fine-tunes of one network "
+                        "(a model soup, app/training/speech_soup.py); sounds branch and router from the first")
     p.add_argument("--whiten-eps", type=float, default=None,
                    help="with --views-from: whiten the speech float, eigenvalues floored at EPS x the largest")
     p.add_argument("--mfcc-bits", type=int, default=0,

@@ -1,5 +1,6 @@
-"""general-audio's two modes that train nothing: they start from an existing routed-fusion checkpoint.
+"""general-audio's modes that train nothing: they start from existing routed-fusion checkpoints.
 
+``--speech-soup`` averages the speech branches of several fine-tunes (app/training/speech_soup.py);
 ``--views-from`` (version 3) adds the training-free speech views (app/training/speech_views_fit.py);
 ``--router-from`` (version 4) fits the router again on the recipe's router windows
 (app/training/router_refit.py). Both record their own command in the new checkpoint's config.
@@ -74,4 +75,25 @@ def refit_router(data: Path, work: Path, args: argparse.Namespace) -> int:
     accuracy = metrics["router_accuracy"]
     print(f"router ({args.router_negatives} negatives) accuracy speech {accuracy['speech']:.3f}, "
           f"non-speech {accuracy['non_speech']:.3f} -> {args.out}")
+    return 0
+
+
+def make_soup(data: Path, args: argparse.Namespace) -> int:
+    """``--speech-soup``: no training; one speech branch averaged from several fine-tunes, written to --out."""
+    from app.training.speech_soup import soup_checkpoint
+
+    sources = [Path(part) for part in args.speech_soup.split(",") if part]
+    update = {"name": args.name or Path(args.out).name, "version": args.version,
+              "reproduce": {"train": _own_command(args),
+                            "note": "minutes on CPU: the speech branches are averaged, the hash layer's statistics estimated again"}}
+    if args.description:
+        update["description"] = args.description
+    else:  # the first source's description, plus what the soup changes
+        from app.encoders.checkpoint import read_config
+
+        update["description"] = (read_config(sources[0]).get("description", "").rstrip(".")
+                                 + f"; its speech branch the weight average of {len(sources)} fine-tunes")
+    metrics = soup_checkpoint(data, sources, Path(args.out), args.seed, update)
+    print(f"speech soup of {len(sources)} fine-tunes ({metrics['hash_norm_windows']} windows for the hash layer's "
+          f"statistics) -> {args.out}")
     return 0

@@ -163,3 +163,23 @@ def test_loco_only_merges_its_rows_and_leaves_every_other_row(data: Path, loco_d
 def test_loco_only_needs_loco(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="needs --loco"):
         bench_main(["--out", str(tmp_path), "--loco-only"])
+
+
+def test_a_full_run_can_keep_the_previous_reports_loco_rows() -> None:
+    from bench.audio_loco import keep_loco_rows
+
+    previous = {"results": {"general-audio": {"x": 1}, "loco: without fsdd": {"fsdd_unseen_speakers": {"float": 0.6}},
+                            "loco: without asc": {"asc_unseen_speakers": {"float": 0.2}}},
+                "loco_runs": {"loco: without fsdd": {"checkpoint": "old-fsdd"}, "loco: without asc": {"checkpoint": "a"}},
+                "loco_note": "trained for hours"}
+    report = {"results": {"general-audio": {"x": 2}, "loco: without fsdd": {"fsdd_unseen_speakers": {"float": 0.7}}},
+              "loco_runs": {"loco: without fsdd": {"checkpoint": "new-fsdd"}}}
+    keep_loco_rows(report, previous)
+    assert report["results"]["general-audio"] == {"x": 2}  # the new measurement of the default stays
+    assert report["loco_runs"]["loco: without fsdd"] == {"checkpoint": "new-fsdd"}  # a row measured now wins
+    assert report["results"]["loco: without fsdd"]["fsdd_unseen_speakers"]["float"] == 0.7
+    assert report["loco_runs"]["loco: without asc"] == {"checkpoint": "a"}
+    assert report["results"]["loco: without asc"] == {"asc_unseen_speakers": {"float": 0.2}}
+    assert report["loco_note"] == "trained for hours"
+    empty = keep_loco_rows({"results": {}}, {"results": {}})
+    assert "loco_runs" not in empty and "loco_note" not in empty

@@ -123,17 +123,37 @@ def test_version_3_keeps_version_2s_branches_and_router() -> None:
     np.testing.assert_array_equal(new, old)  # noise and silence: sound windows, whose codes views do not touch
 
 
-def test_version_4_is_version_3_with_only_its_router_fitted_again(encoder) -> None:
-    previous = create_encoder("general-audio@3", discover())
-    assert encoder.version == "4" and encoder.config["router_from"] == {"name": "general-audio", "version": "3"}
-    assert encoder.config["router_negatives"] == "varied" and encoder.config["speech_views"] == previous.config["speech_views"]
-    for ours, theirs in ((encoder.speech.net, previous.speech.net), (encoder.sounds.net, previous.sounds.net),
-                         (encoder.views, previous.views)):
+def test_version_4_is_version_3_with_only_its_router_fitted_again() -> None:
+    specs = discover()
+    version_4, previous = create_encoder("general-audio@4", specs), create_encoder("general-audio@3", specs)
+    assert version_4.version == "4" and version_4.config["router_from"] == {"name": "general-audio", "version": "3"}
+    assert version_4.config["router_negatives"] == "varied"
+    assert version_4.config["speech_views"] == previous.config["speech_views"]
+    for ours, theirs in ((version_4.speech.net, previous.speech.net), (version_4.sounds.net, previous.sounds.net),
+                         (version_4.views, previous.views)):
         assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
-    assert not torch.equal(encoder.router.weight, previous.router.weight)
+    assert not torch.equal(version_4.router.weight, previous.router.weight)
     rng = np.random.default_rng(4)
     windows = [(0.1 * rng.standard_normal(16000)).astype(np.float32), np.zeros(16000, np.float32)]
-    np.testing.assert_array_equal(encoder.encode(windows).codes, previous.encode(windows).codes)  # both sound windows
+    np.testing.assert_array_equal(version_4.encode(windows).codes, previous.encode(windows).codes)  # both sound windows
+
+
+def test_version_5_changes_only_the_speech_branch_a_weight_average_of_fine_tunes(encoder) -> None:
+    """Version 5 averages six fine-tunes' speech branches (one is version 2's); its sounds branch and router are
+    version 4's, so a sound window's code is the same; a speech window's is not."""
+    version_4, version_2 = create_encoder("general-audio@4", discover()), create_encoder("general-audio@2", discover())
+    assert encoder.version == "5" and len(encoder.config["speech_soup"]["of"]) == 6
+    assert encoder.config["speech_soup"]["of"][0]["path"] == "app/assets/models/general-audio@2"
+    assert all(step["train"].startswith("recall train general-audio ") for step in encoder.config["speech_soup"]["of"])
+    assert encoder.config["speech_views"]["whiten_eps"] == version_4.config["speech_views"]["whiten_eps"]
+    for ours, theirs in ((encoder.sounds.net, version_4.sounds.net), (encoder.router, version_4.router)):
+        assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
+    # the hash layer's thresholds were estimated for the averaged weights, not copied from an ingredient
+    assert not torch.equal(encoder.speech.net.hash_norm.running_mean, version_2.speech.net.hash_norm.running_mean)
+    assert not torch.equal(encoder.speech.net.hash.weight, version_2.speech.net.hash.weight)
+    rng = np.random.default_rng(5)
+    windows = [(0.1 * rng.standard_normal(16000)).astype(np.float32), np.zeros(16000, np.float32)]
+    np.testing.assert_array_equal(encoder.encode(windows).codes, version_4.encode(windows).codes)  # sound windows
 
 
 def test_version_4_sends_generated_non_speech_it_never_saw_to_the_sounds_half(encoder) -> None:
