@@ -92,6 +92,15 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def starting_point(speech_config: dict[str, Any]) -> tuple[str, Any]:
+    """What a speech branch's training started from: the weights it was fine-tuned from, or (trained from
+    scratch) the seed that drew its initial weights."""
+    init = speech_config.get("init_from") or {}
+    if init.get("weights_sha256"):
+        return ("weights", init["weights_sha256"])
+    return ("scratch, seed", speech_config.get("training", {}).get("seed"))
+
+
 def check_ingredients(sources: list[Path]) -> list[dict[str, Any]]:
     """The sources' speech configs, after checking they can be averaged (see the module docstring)."""
     if len(sources) < 2:
@@ -107,7 +116,7 @@ def check_ingredients(sources: list[Path]) -> list[dict[str, Any]]:
         for key in ("family", "arch", "features", "sample_rate"):
             if config.get(key) != first.get(key):
                 raise CheckpointError(f"{source}: its speech branch's {key} differs from {sources[0]}'s")
-        if (config.get("init_from") or {}).get("weights_sha256") != (first.get("init_from") or {}).get("weights_sha256"):
+        if starting_point(config) != starting_point(first):
             raise CheckpointError(f"{source}: its speech branch started from other weights than {sources[0]}'s; "
                                   "only fine-tunes of one network average well")
         if _sha256(source / "sounds" / "weights.safetensors") != _sha256(sources[0] / "sounds" / "weights.safetensors"):

@@ -121,6 +121,19 @@ def test_cli_refuses_ingredients_that_do_not_average(data: Path, fused_dir: Path
     (other / "speech" / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="started from other weights"):
         run(a, other)
+    scratch = []
+    for seed in (0, 1):  # from scratch: the seed that drew the initial weights must agree
+        target = tmp_path / f"scratch-{seed}"
+        shutil.copytree(b, target)
+        cfg = json.loads((target / "speech" / "config.json").read_text())
+        cfg.pop("init_from")
+        cfg["training"] = {"seed": seed}
+        (target / "speech" / "config.json").write_text(json.dumps(cfg))
+        scratch.append(target)
+    with pytest.raises(CheckpointError, match="started from other weights"):
+        run(*scratch)
+    with pytest.raises(CheckpointError, match="started from other weights"):
+        run(a, scratch[0])
     sounds = tmp_path / "other-sounds"
     shutil.copytree(b, sounds)
     s_state, s_config = load_checkpoint(sounds / "sounds")
