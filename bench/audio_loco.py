@@ -38,13 +38,27 @@ def parse_loco(spec: str, corpora: tuple[str, ...]) -> list[tuple[str, str, str]
     return out
 
 
-def _source(command: str) -> str | None:
-    """The checkpoint a no-training command started from (``--views-from`` or ``--router-from``), if any."""
+def _sources(command: str) -> list[str]:
+    """The checkpoints a no-training command started from: ``--views-from`` or ``--router-from`` (one), or
+    ``--speech-soup`` (its comma-separated ingredients)."""
     words = shlex.split(command)
     for flag in ("--views-from", "--router-from"):
         if flag in words[:-1]:
-            return words[words.index(flag) + 1]
-    return None
+            return [words[words.index(flag) + 1]]
+    if "--speech-soup" in words[:-1]:
+        return [part for part in words[words.index("--speech-soup") + 1].split(",") if part]
+    return []
+
+
+def _chain(command: str, depth: int = 0) -> list[str]:
+    """``command`` preceded by the commands that made its sources, oldest first (each source's chain in turn)."""
+    from app.encoders.checkpoint import read_config
+
+    earlier = []
+    for source in _sources(command) if depth < 8 else []:
+        if Path(source).is_dir():
+            earlier += _chain(read_config(source).get("reproduce", {}).get("train", ""), depth + 1)
+    return earlier + [command]
 
 
 def run_info(directory: str, corpus: str) -> dict[str, Any]:
@@ -55,11 +69,7 @@ def run_info(directory: str, corpus: str) -> dict[str, Any]:
     if config.get("without") != corpus:
         raise SystemExit(f"--loco {corpus}={directory}: the checkpoint records without={config.get('without')!r}, "
                          f"not {corpus!r}; it would be scored on data it trained on")
-    commands = [config.get("reproduce", {}).get("train", "")]
-    source = _source(commands[0])
-    while source and Path(source).is_dir() and len(commands) < 8:  # a chain: version 4 <- 3 <- 2
-        commands.insert(0, read_config(source).get("reproduce", {}).get("train", ""))
-        source = _source(commands[0])
+    commands = _chain(config.get("reproduce", {}).get("train", ""))  # a chain: version 5 <- 4 <- 3 <- soup <- fine-tunes
     return {"checkpoint": str(directory), "without": corpus, "name": config.get("name"), "version": config.get("version"),
             "commands": [c for c in commands if c]}
 

@@ -98,6 +98,27 @@ def test_run_info_lists_a_views_checkpoints_source_command_first(loco_dir: Path,
         f"recall train general-audio --router-from {views} --router-negatives varied --out R"]
 
 
+def test_run_info_lists_every_soup_ingredients_command_before_the_soup(loco_dir: Path, tmp_path: Path) -> None:
+    second = tmp_path / "second"
+    shutil.copytree(loco_dir, second)
+    config = json.loads((second / "config.json").read_text())
+    config["reproduce"] = {"train": "recall train general-audio --without fsdd --seed 1 --out Y"}
+    (second / "config.json").write_text(json.dumps(config))
+    soup = tmp_path / "soup"
+    shutil.copytree(loco_dir, soup)
+    config["reproduce"] = {"train": f"recall train general-audio --speech-soup {loco_dir},{second} --out S"}
+    (soup / "config.json").write_text(json.dumps(config))
+    views = tmp_path / "soup-views"
+    shutil.copytree(loco_dir, views)
+    config["reproduce"] = {"train": f"recall train general-audio --views-from {soup} --mfcc-bits 64 --out V"}
+    (views / "config.json").write_text(json.dumps(config))
+    assert run_info(str(views), "fsdd")["commands"] == [
+        "recall train general-audio --without fsdd --out X",
+        "recall train general-audio --without fsdd --seed 1 --out Y",
+        f"recall train general-audio --speech-soup {loco_dir},{second} --out S",
+        f"recall train general-audio --views-from {soup} --mfcc-bits 64 --out V"]
+
+
 def test_loco_targets_use_the_baselines_of_their_own_run() -> None:
     sets = ("asc_unseen_speakers", "asc_unseen_words", "fsdd_unseen_speakers", "fsdd_unseen_words", "esc_unseen_classes")
     flat = lambda v: {s: {"float": v} for s in sets}  # noqa: E731
