@@ -105,14 +105,18 @@ def check_ingredients(sources: list[Path]) -> list[dict[str, Any]]:
     """The sources' speech configs, after checking they can be averaged (see the module docstring)."""
     if len(sources) < 2:
         raise SystemExit("--speech-soup needs at least two checkpoints, comma-separated")
-    configs = []
+    configs, left_out = [], []
     for source in sources:
         stored = read_config(source)
         if stored.get("family") != FAMILY or stored.get("speech_views") is not None:
             raise CheckpointError(f"{source}: --speech-soup needs routed-fusion checkpoints without speech views")
         configs.append(read_config(source / "speech"))
+        left_out.append((stored.get("without"), stored.get("holdout")))
     first = configs[0]
-    for source, config in zip(sources[1:], configs[1:]):
+    for source, config, held in zip(sources[1:], configs[1:], left_out[1:]):
+        if held != left_out[0]:  # else the soup would have heard what one ingredient's evaluation holds out
+            raise CheckpointError(f"{source}: it left out other data (--without, held-out speakers, words or classes) "
+                                  f"than {sources[0]}")
         for key in ("family", "arch", "features", "sample_rate"):
             if config.get(key) != first.get(key):
                 raise CheckpointError(f"{source}: its speech branch's {key} differs from {sources[0]}'s")
@@ -126,15 +130,10 @@ def check_ingredients(sources: list[Path]) -> list[dict[str, Any]]:
 
 def soup_checkpoint(data: Path, sources: list[Path], out: Path, seed: int, config_update: dict[str, Any]) -> dict[str, Any]:
     """Write ``out`` (see the module docstring); returns its metrics."""
-    from app.encoders.registry import load_checkpoint_dir
-    from app.training.audio_data import Record, load_waves
-    from app.training.speech_views_fit import fit_paths, window_batches
-
     sources, out = [Path(s) for s in sources], Path(out)
     if out.resolve() in {s.resolve() for s in sources}:
         raise SystemExit("--out must differ from every --speech-soup source")
     configs = check_ingredients(sources)
-    averaged = average_states([load_checkpoint(s / "speech")[0] for s in sources])
     stored = read_config(sources[0])
     # the soup trained on every speaker any ingredient trained on: only speakers none of them saw stay out
     val = sorted(set.intersection(*(set(c.get("split", {}).get("val", [])) for c in configs)))
@@ -144,25 +143,36 @@ def soup_checkpoint(data: Path, sources: list[Path], out: Path, seed: int, confi
                                  for s, c in zip(sources, configs)]}
     out.mkdir(parents=True, exist_ok=True)
     copy_branch(sources[0] / "sounds", out / "sounds")
-    save_checkpoint(out / "speech", averaged, speech_config, {"soup_ingredients": len(sources)})
+    save_checkpoint(out / "speech", average_states([load_checkpoint(s / "speech")[0] for s in sources]), speech_config)
     router, _ = load_checkpoint(sources[0])
     # each ingredient's own command, so the whole chain can be run again from the config alone
     ingredients = [{"path": str(s), "train": read_config(s).get("reproduce", {}).get("train")} for s in sources]
     config = {**stored, **config_update, "speech_soup": {"of": ingredients, "seed": seed}}
     save_checkpoint(out, router, config, {})
+    state, seen = fit_bit_thresholds(data, out, seed, stored.get("without"))
+    metrics = {"soup_ingredients": len(sources), **seen}
+    save_checkpoint(out / "speech", state, speech_config, metrics)
+    card = (sources[0] / "DATA.md").read_text() if (sources[0] / "DATA.md").is_file() else ""
+    (out / "DATA.md").write_text(card + "\n" + soup_note(config.get("version"), configs) + "\n")
+    return metrics
 
-    encoder = load_checkpoint_dir(out)
-    paths = fit_paths(data, speech_config, seed, stored.get("without"))
+
+def fit_bit_thresholds(data: Path, checkpoint: Path, seed: int,
+                       without: str | None) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
+    """Step 2 of the module docstring for ``checkpoint``'s (averaged) speech branch: its new weights, and how
+    much data the statistics saw."""
+    from app.encoders.registry import load_checkpoint_dir
+    from app.training.audio_data import Record, load_waves
+    from app.training.speech_views_fit import fit_paths, window_batches
+
+    encoder = load_checkpoint_dir(checkpoint)
+    paths = fit_paths(data, read_config(checkpoint / "speech"), seed, without)
     clips = load_waves([Record(str(p), "") for p in paths], encoder.sample_rate, cache_dir="/tmp/recall-audio-cache")
     speech = encoder.speech
     batches = (speech.features(encoder._speech_waves(waves)) for waves in
                window_batches(clips, encoder.sample_rate, encoder.default_window_s, encoder.default_hop_s, encoder.window))
     windows = reestimate_hash_norm(speech.net, batches)
-    metrics = {"soup_ingredients": len(sources), "hash_norm_windows": windows, "hash_norm_clips": len(paths)}
-    save_checkpoint(out / "speech", speech.net.state_dict(), speech_config, metrics)
-    card = (sources[0] / "DATA.md").read_text() if (sources[0] / "DATA.md").is_file() else ""
-    (out / "DATA.md").write_text(card + "\n" + soup_note(config.get("version"), configs) + "\n")
-    return metrics
+    return speech.net.state_dict(), {"hash_norm_windows": windows, "hash_norm_clips": len(paths)}
 
 
 def soup_note(version: str | None, configs: list[dict[str, Any]]) -> str:

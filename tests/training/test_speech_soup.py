@@ -134,6 +134,13 @@ def test_cli_refuses_ingredients_that_do_not_average(data: Path, fused_dir: Path
         run(*scratch)
     with pytest.raises(CheckpointError, match="started from other weights"):
         run(a, scratch[0])
+    loco = tmp_path / "loco"
+    shutil.copytree(b, loco)
+    cfg = json.loads((loco / "config.json").read_text())
+    cfg["without"] = "fsdd"
+    (loco / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="left out other data"):
+        run(a, loco)
     sounds = tmp_path / "other-sounds"
     shutil.copytree(b, sounds)
     s_state, s_config = load_checkpoint(sounds / "sounds")
