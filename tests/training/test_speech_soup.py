@@ -99,6 +99,8 @@ def test_cli_averages_fine_tunes_and_reestimates_the_bit_thresholds(data: Path, 
     z = torch.cat(pre)
     torch.testing.assert_close(state["hash_norm.running_mean"], z.mean(0), atol=1e-4, rtol=1e-4)
     assert read_config(out / "speech")["soup_of"][0]["val"] == ["v1", "both"]
+    assert config["speech_soup"]["sounds_and_router_from"] == str(sources[0])
+    assert (out / "sounds" / "weights.safetensors").read_bytes() == (sources[0] / "sounds" / "weights.safetensors").read_bytes()
     assert "weight average (`--speech-soup`) of 3 fine-tunes" in (out / "DATA.md").read_text()
     assert encoder.encode([clips[0][:16000]]).codes.shape == (1, encoder.bits // 8)
     # and it is a base for the views, like any fine-tune
@@ -141,10 +143,4 @@ def test_cli_refuses_ingredients_that_do_not_average(data: Path, fused_dir: Path
     (loco / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="left out other data"):
         run(a, loco)
-    sounds = tmp_path / "other-sounds"
-    shutil.copytree(b, sounds)
-    s_state, s_config = load_checkpoint(sounds / "sounds")
-    save_checkpoint(sounds / "sounds", {k: v + 1 if v.is_floating_point() else v for k, v in s_state.items()}, s_config)
-    with pytest.raises(CheckpointError, match="sounds branch differs"):
-        run(a, sounds)
     assert not (tmp_path / "soup").exists()  # nothing written by a refused run
