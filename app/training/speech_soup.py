@@ -142,6 +142,8 @@ def soup_checkpoint(data: Path, sources: list[Path], out: Path, seed: int, confi
                                  for s, c in zip(sources, configs)]}
     out.mkdir(parents=True, exist_ok=True)
     copy_branch(sources[0] / "sounds", out / "sounds")
+    # written once with the averaged weights so the encoder (features, resampling) loads as the service loads it,
+    # then again with the thresholds estimated through that encoder
     save_checkpoint(out / "speech", average_states([load_checkpoint(s / "speech")[0] for s in sources]), speech_config)
     router, _ = load_checkpoint(sources[0])
     # each ingredient's own command, so the whole chain can be run again from the config alone
