@@ -263,6 +263,11 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.time()
     data, work = Path(args.data).resolve(), Path(args.work)  # manifests hold absolute paths
+    modes = [flag for flag, value in (("--speech-soup", args.speech_soup), ("--views-from", args.views_from),
+                                      ("--router-from", args.router_from), ("--speech-init", args.speech_init),
+                                      ("--speech-from", args.speech_from)) if value]
+    if len(modes) > 1:  # each is one step of a chain; two at once would silently drop one
+        raise SystemExit(f"{' and '.join(modes)} are separate steps: run them one after the other")
     if args.views_from or args.router_from or args.speech_soup:  # nothing trained, see general_audio_posthoc
         from app.training.general_audio_posthoc import fit_views, make_soup, refit_router
 

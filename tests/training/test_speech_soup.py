@@ -144,3 +144,10 @@ def test_cli_refuses_ingredients_that_do_not_average(data: Path, fused_dir: Path
     with pytest.raises(CheckpointError, match="left out other data"):
         run(a, loco)
     assert not (tmp_path / "soup").exists()  # nothing written by a refused run
+
+
+def test_cli_refuses_two_steps_of_the_chain_at_once(data: Path, fused_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    with pytest.raises(SystemExit, match="--speech-soup and --views-from are separate steps"):
+        general_audio_main(["--data", str(data), "--speech-soup", f"{fused_dir},{fused_dir}", "--views-from",
+                            str(fused_dir), "--mfcc-bits", "8", "--out", str(tmp_path / "x")])
+    assert not (tmp_path / "x").exists()
