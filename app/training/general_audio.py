@@ -20,6 +20,8 @@ Steps (each skipped when its output already exists in ``--work``, so a stopped r
 adds the training-free speech views (app/training/speech_views_fit.py; general-audio version 3).
 ``--router-from DIR --router-negatives varied`` trains nothing either: DIR's branches and views with the
 router fitted again (app/training/router_refit.py; general-audio version 4).
+``--speech-soup A,B,...`` trains nothing: one speech branch, the weight average of several fine-tunes
+(app/training/speech_soup.py; general-audio version 5, whose chain is soup -> views -> router).
 
 What is held out (constants below) is what bench/audio_generalisation.py scores on. ``--without
 asc|fsdd|esc`` trains the same recipe without one corpus, for the leave-one-corpus-out evaluation.
