@@ -98,20 +98,20 @@ def test_run_info_lists_a_views_checkpoints_source_command_first(loco_dir: Path,
         f"recall train general-audio --router-from {views} --router-negatives varied --out R"]
 
 
+def _made_by(source: Path, target: Path, command: str) -> Path:
+    """A copy of ``source`` whose config says ``command`` made it."""
+    shutil.copytree(source, target)
+    config = json.loads((target / "config.json").read_text())
+    config["reproduce"] = {"train": command}
+    (target / "config.json").write_text(json.dumps(config))
+    return target
+
+
 def test_run_info_lists_every_soup_ingredients_command_before_the_soup(loco_dir: Path, tmp_path: Path) -> None:
-    second = tmp_path / "second"
-    shutil.copytree(loco_dir, second)
-    config = json.loads((second / "config.json").read_text())
-    config["reproduce"] = {"train": "recall train general-audio --without fsdd --seed 1 --out Y"}
-    (second / "config.json").write_text(json.dumps(config))
-    soup = tmp_path / "soup"
-    shutil.copytree(loco_dir, soup)
-    config["reproduce"] = {"train": f"recall train general-audio --speech-soup {loco_dir},{second} --out S"}
-    (soup / "config.json").write_text(json.dumps(config))
-    views = tmp_path / "soup-views"
-    shutil.copytree(loco_dir, views)
-    config["reproduce"] = {"train": f"recall train general-audio --views-from {soup} --mfcc-bits 64 --out V"}
-    (views / "config.json").write_text(json.dumps(config))
+    second = _made_by(loco_dir, tmp_path / "second", "recall train general-audio --without fsdd --seed 1 --out Y")
+    soup = _made_by(loco_dir, tmp_path / "soup", f"recall train general-audio --speech-soup {loco_dir},{second} --out S")
+    views = _made_by(loco_dir, tmp_path / "soup-views",
+                     f"recall train general-audio --views-from {soup} --mfcc-bits 64 --out V")
     assert run_info(str(views), "fsdd")["commands"] == [
         "recall train general-audio --without fsdd --out X",
         "recall train general-audio --without fsdd --seed 1 --out Y",
