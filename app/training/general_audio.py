@@ -261,18 +261,18 @@ def generated_negatives(real: int, negatives: str, seed: int) -> list[np.ndarray
 def run(args: argparse.Namespace) -> int:
     from app.encoders.registry import load_checkpoint_dir
     from app.training.general_audio_card import write_data_card
+    from app.training.general_audio_posthoc import fit_views, make_soup, one_step, refit_router
     from app.training.router_fit import assemble, fit_router, texture_statistics
 
     started = time.time()
-    data, work = Path(args.data).resolve(), Path(args.work)  # manifests hold absolute paths
-    modes = [flag for flag, value in (("--speech-soup", args.speech_soup), ("--views-from", args.views_from),
-                                      ("--router-from", args.router_from), ("--speech-init", args.speech_init),
-                                      ("--speech-from", args.speech_from)) if value]
-    if len(modes) > 1:  # each is one step of a chain; two at once would silently drop one
-        raise SystemExit(f"{' and '.join(modes)} are separate steps: run them one after the other")
-    if args.views_from or args.router_from or args.speech_soup:  # nothing trained, see general_audio_posthoc
-        from app.training.general_audio_posthoc import fit_views, make_soup, refit_router
+    if args.soup_seeds:  # version 5's whole chain, one step after another (app/training/soup_recipe.py)
+        from app.training.soup_recipe import run_recipe
 
+        return run_recipe(args, getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:],
+                          parse_args, run)
+    data, work = Path(args.data).resolve(), Path(args.work)  # manifests hold absolute paths
+    one_step(args)
+    if args.views_from or args.router_from or args.speech_soup:  # nothing trained, see general_audio_posthoc
         if args.speech_soup:
             return make_soup(data, args)
         return fit_views(data, args) if args.views_from else refit_router(data, work, args)
@@ -368,6 +368,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--speech-soup", metavar="DIR,DIR[,...]",
                    help="train nothing: average the speech branches of these routed-fusion fine-tunes of one network "
                         "(a model soup, app/training/speech_soup.py); sounds branch and router from the first")
+    p.add_argument("--soup-seeds", metavar="S,S,...", help="with --speech-init: version 5's whole chain in one command "
+                   "(app/training/soup_recipe.py): fine-tunes per seed, their soup, the views, the router")
     p.add_argument("--whiten-eps", type=float, default=None,
                    help="with --views-from: whiten the speech float, eigenvalues floored at EPS x the largest")
     p.add_argument("--mfcc-bits", type=int, default=0,
@@ -381,11 +383,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m app.training.general_audio")
     add_parser(parser.add_subparsers(dest="what", required=True))
+    return parser.parse_args(["general-audio", *argv])
+
+
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args(["general-audio", *argv])
+    args = parse_args(argv)
     args.argv = argv
     return int(args.func(args))
 

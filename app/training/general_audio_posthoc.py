@@ -28,6 +28,15 @@ def _own_command(args: argparse.Namespace) -> str:
     return "recall train general-audio " + shlex.join(own)
 
 
+def one_step(args: argparse.Namespace) -> None:
+    """Refuse two steps of the chain in one command: one of them would be silently dropped."""
+    modes = [flag for flag, value in (("--speech-soup", args.speech_soup), ("--views-from", args.views_from),
+                                      ("--router-from", args.router_from), ("--speech-init", args.speech_init),
+                                      ("--speech-from", args.speech_from)) if value]
+    if len(modes) > 1:
+        raise SystemExit(f"{' and '.join(modes)} are separate steps: run them one after the other")
+
+
 def fit_views(data: Path, args: argparse.Namespace) -> int:
     """``--views-from``: no training; fit the speech views (app/training/speech_views_fit.py) and write --out."""
     from app.training.speech_views_fit import fit_views_checkpoint
@@ -61,7 +70,9 @@ def refit_router(data: Path, work: Path, args: argparse.Namespace) -> int:
 
     update = {"name": args.name or Path(args.out).name, "version": args.version, "router_negatives": args.router_negatives,
               "reproduce": {"train": _own_command(args),
-                            "note": "minutes on CPU once --work holds the synthetic speech: only the router is fitted"}}
+                            "note": "minutes on CPU once --work holds the synthetic speech: only the router is fitted",
+                            # the last step of --soup-seeds: the one command that ran the whole chain
+                            **({"recipe": args.recipe} if getattr(args, "recipe", None) else {})}}
     if args.description:
         update["description"] = args.description
     elif args.router_negatives == "varied":  # the source's description, plus what the router saw

@@ -264,3 +264,56 @@ def test_the_data_card_lists_what_trained_each_part_and_leaves_out_the_missing_c
     assert "ESC-50" not in whiten and "non-commercial" not in whiten and "whitening alone" in whiten
     words = data_md("ga", holdout, "given", without="esc")
     assert "as the texture head's classes" in words and "whitening alone" not in words
+
+
+def test_soup_recipe_lists_the_chain_and_keeps_the_recipe_options_to_itself() -> None:
+    from app.training.soup_recipe import fine_tune_options, recipe_steps
+
+    argv = ["--data", "D", "--speech-init", "S", "--speech-epochs", "2", "--soup-seeds", "0,1", "--whiten-eps", "0.3",
+            "--mfcc-bits", "64", "--router-negatives", "varied", "--work", "W", "--out", "O", "--version", "5",
+            "--seed", "7", "--speech-channel-augment", "--without", "fsdd"]
+    assert fine_tune_options(argv) == ["--data", "D", "--speech-init", "S", "--speech-epochs", "2", "--without", "fsdd"]
+    steps = recipe_steps(general_audio.parse_args(argv), argv)
+    assert len(steps) == 2 * 2 + 3  # two fine-tunes per seed, the soup, the views, the router
+    assert [s[s.index("--seed") + 1] for s in steps[:4]] == ["0", "0", "1", "1"]
+    assert ["--speech-channel-augment" in s for s in steps[:4]] == [False, True, False, True]
+    assert all("--without" in s for s in steps[:4])
+    assert steps[4][steps[4].index("--speech-soup") + 1] == "W/plain-s0,W/channel-s0,W/plain-s1,W/channel-s1"
+    assert steps[5][steps[5].index("--views-from") + 1] == "W/soup" and "--mfcc-bits" in steps[5]
+    assert steps[6][steps[6].index("--router-from") + 1] == "W/soup-views" and steps[6][steps[6].index("--out") + 1] == "O"
+    with pytest.raises(SystemExit, match="needs --speech-init"):
+        recipe_steps(general_audio.parse_args(["--data", "D", "--soup-seeds", "0", "--out", "O"]), [])
+    with pytest.raises(SystemExit, match="drop --views-from"):
+        recipe_steps(general_audio.parse_args([*argv, "--views-from", "V"]), argv)
+
+
+@pytest.mark.system("espeak-ng")
+def test_soup_recipe_runs_the_whole_chain_in_one_command(data: Path, tmp_path: Path) -> None:
+    import shutil
+
+    # a fine-tune refuses a manifest that lacks any held-out speaker: give each one clip
+    data = Path(shutil.copytree(data, tmp_path / "data"))
+    with (data / "asc" / "asc.csv").open("a", newline="") as handle:
+        for i, speaker in enumerate(general_audio.ASC_HOLDOUT_SPEAKERS):
+            rel = f"audio/yes/{speaker}_9.wav"
+            _write(data / "asc" / rel, _voice(170, seed=40 + i))
+            csv.writer(handle).writerow([rel, "yes", speaker, "9", "train"])
+    out, work = tmp_path / "ga5", tmp_path / "work"
+    speech_init = Path(__file__).resolve().parents[2] / "app" / "assets" / "models" / "speech-attn-hash"  # the recipe's size
+    argv = ["--data", str(data), "--speech-init", str(speech_init), "--speech-epochs", "1", "--speech-steps", "2",
+            *SMALL_SYNTH, "--soup-seeds", "0", "--mfcc-bits", "8", "--work", str(work), "--out", str(out), "--version", "5"]
+    assert general_audio.main(argv) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["reproduce"]["recipe"] == "recall train general-audio " + " ".join(argv)
+    assert config["reproduce"]["train"].startswith("recall train general-audio --data")
+    assert [Path(i["path"]).name for i in config["speech_soup"]["of"]] == ["plain-s0", "channel-s0"]
+    assert "--speech-channel-augment" in config["speech_soup"]["of"][1]["train"]
+    assert config["speech_views"]["mfcc_bits"] == 8 and config["version"] == "5"
+    # the speech branch is the two fine-tunes' average (the hash layer's statistics estimated again)
+    ours, _ = load_checkpoint(out / "speech")
+    a, _ = load_checkpoint(work / "plain-s0" / "speech")
+    b, _ = load_checkpoint(work / "channel-s0" / "speech")
+    for key, value in ours.items():
+        if value.is_floating_point() and not key.startswith("hash_norm."):
+            torch.testing.assert_close(value, (a[key] + b[key]) / 2)
+    assert load_checkpoint_dir(out).encode(_voice_and_hiss()).codes.shape[0] == 2
