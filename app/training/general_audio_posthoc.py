@@ -28,13 +28,33 @@ def _own_command(args: argparse.Namespace) -> str:
     return "recall train general-audio " + shlex.join(own)
 
 
+def given_steps(args: argparse.Namespace, flags=("--speech-soup", "--views-from", "--router-from", "--speech-init",
+                                                  "--speech-from")) -> list[str]:
+    """Which of the chain's step flags this command was given."""
+    return [flag for flag in flags if getattr(args, flag[2:].replace("-", "_"))]
+
+
 def one_step(args: argparse.Namespace) -> None:
     """Refuse two steps of the chain in one command: one of them would be silently dropped."""
-    modes = [flag for flag, value in (("--speech-soup", args.speech_soup), ("--views-from", args.views_from),
-                                      ("--router-from", args.router_from), ("--speech-init", args.speech_init),
-                                      ("--speech-from", args.speech_from)) if value]
+    modes = given_steps(args)
     if len(modes) > 1:
         raise SystemExit(f"{' and '.join(modes)} are separate steps: run them one after the other")
+
+
+def _config_update(args: argparse.Namespace, note: str, source: str | Path, addition: str | None,
+                   **extra: str) -> dict:
+    """What a no-training step writes into the new config: name, version, its own command (and, as the last step
+    of --soup-seeds, that one command); the description is --description, else the source's plus ``addition``."""
+    from app.encoders.checkpoint import read_config
+
+    recipe = {"recipe": args.recipe} if getattr(args, "recipe", None) else {}
+    update = {"name": args.name or Path(args.out).name, "version": args.version, **extra,
+              "reproduce": {"train": _own_command(args), "note": note, **recipe}}
+    if args.description:
+        update["description"] = args.description
+    elif addition:
+        update["description"] = read_config(source).get("description", "").rstrip(".") + addition
+    return update
 
 
 def fit_views(data: Path, args: argparse.Namespace) -> int:
@@ -43,18 +63,10 @@ def fit_views(data: Path, args: argparse.Namespace) -> int:
 
     if args.whiten_eps is None and not args.mfcc_bits:
         raise SystemExit("--views-from needs --whiten-eps and/or --mfcc-bits")
-    update = {"name": args.name or Path(args.out).name, "version": args.version,
-              "reproduce": {"train": _own_command(args),
-                            "note": "minutes on CPU: no network is trained, the statistics are fitted on training-side windows"}}
-    if args.description:
-        update["description"] = args.description
-    else:  # the source's description, plus what the views add
-        from app.encoders.checkpoint import read_config
-
-        views = " and ".join(part for part, on in (("the speech float whitened", args.whiten_eps is not None),
-                                                   (f"a downsampled-MFCC view with {args.mfcc_bits} bits", args.mfcc_bits)) if on)
-        update["description"] = (read_config(args.views_from).get("description", "").rstrip(".")
-                                 + f"; plus training-free speech views: {views}")
+    views = " and ".join(part for part, on in (("the speech float whitened", args.whiten_eps is not None),
+                                               (f"a downsampled-MFCC view with {args.mfcc_bits} bits", args.mfcc_bits)) if on)
+    update = _config_update(args, "minutes on CPU: no network is trained, the statistics are fitted on training-side windows",
+                            args.views_from, f"; plus training-free speech views: {views}")
     out = fit_views_checkpoint(data, Path(args.views_from), Path(args.out), args.whiten_eps, args.mfcc_bits, args.seed, update)
     print(f"speech views (whiten eps {args.whiten_eps}, {args.mfcc_bits} MFCC bits) fitted -> {out}")
     return 0
@@ -68,18 +80,10 @@ def refit_router(data: Path, work: Path, args: argparse.Namespace) -> int:
         manifests = training_manifests(data, work, without)
         return router_data(manifests, synthesise(work, args), args.seed, args.router_clips, args.router_negatives)
 
-    update = {"name": args.name or Path(args.out).name, "version": args.version, "router_negatives": args.router_negatives,
-              "reproduce": {"train": _own_command(args),
-                            "note": "minutes on CPU once --work holds the synthetic speech: only the router is fitted",
-                            # the last step of --soup-seeds: the one command that ran the whole chain
-                            **({"recipe": args.recipe} if getattr(args, "recipe", None) else {})}}
-    if args.description:
-        update["description"] = args.description
-    elif args.router_negatives == "varied":  # the source's description, plus what the router saw
-        from app.encoders.checkpoint import read_config
-
-        update["description"] = (read_config(args.router_from).get("description", "").rstrip(".")
-                                 + "; its router also learned from varied generated non-speech")
+    update = _config_update(args, "minutes on CPU once --work holds the synthetic speech: only the router is fitted",
+                            args.router_from,
+                            "; its router also learned from varied generated non-speech"
+                            if args.router_negatives == "varied" else None, router_negatives=args.router_negatives)
     note = (f"The router of version {args.version} was fitted again (`--router-from`) on the same data plus "
             f"{ROUTER_NOTE[args.router_negatives]}, made by this project.")
     metrics = refit_router_checkpoint(Path(args.router_from), Path(args.out), windows, update, note)
@@ -94,16 +98,8 @@ def make_soup(data: Path, args: argparse.Namespace) -> int:
     from app.training.speech_soup import soup_checkpoint
 
     sources = [Path(part) for part in args.speech_soup.split(",") if part]
-    update = {"name": args.name or Path(args.out).name, "version": args.version,
-              "reproduce": {"train": _own_command(args),
-                            "note": "minutes on CPU: the speech branches are averaged, the hash layer's statistics estimated again"}}
-    if args.description:
-        update["description"] = args.description
-    else:  # the first source's description, plus what the soup changes
-        from app.encoders.checkpoint import read_config
-
-        update["description"] = (read_config(sources[0]).get("description", "").rstrip(".")
-                                 + f"; its speech branch the weight average of {len(sources)} fine-tunes")
+    update = _config_update(args, "minutes on CPU: the speech branches are averaged, the hash layer's statistics "
+                            "estimated again", sources[0], f"; its speech branch the weight average of {len(sources)} fine-tunes")
     metrics = soup_checkpoint(data, sources, Path(args.out), args.seed, update)
     print(f"speech soup of {len(sources)} fine-tunes ({metrics['hash_norm_windows']} windows for the hash layer's "
           f"statistics) -> {args.out}")

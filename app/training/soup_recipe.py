@@ -50,8 +50,9 @@ def recipe_steps(args: argparse.Namespace, argv: list[str]) -> list[list[str]]:
     seeds = [s.strip() for s in args.soup_seeds.split(",") if s.strip()]
     if len(seeds) < 1 or not args.speech_init:
         raise SystemExit("--soup-seeds needs --speech-init and at least one seed (two fine-tunes per seed)")
-    taken = [flag for flag, value in (("--speech-soup", args.speech_soup), ("--views-from", args.views_from),
-                                      ("--router-from", args.router_from), ("--speech-from", args.speech_from)) if value]
+    from app.training.general_audio_posthoc import given_steps
+
+    taken = [flag for flag in given_steps(args) if flag != "--speech-init"]
     if taken:
         raise SystemExit(f"--soup-seeds runs the whole chain itself: drop {', '.join(taken)}")
     work, name, version = Path(args.work), args.name or Path(args.out).name, args.version

@@ -32,9 +32,8 @@ from typing import Any
 import torch
 
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
+from app.encoders.routed_fusion import FAMILY
 from app.training.router_fit import copy_branch
-
-FAMILY = "routed-fusion"
 
 
 def average_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
