@@ -73,10 +73,12 @@ installed() {
   esac
 }
 
-# one dpkg-query for all of them: the names of those installed, space-separated
+# one dpkg-query for all of them: the names of those installed, space-separated. dpkg-query
+# exits 1 when a package was never known to dpkg (the usual case on a fresh machine), so its
+# status must not end the script under pipefail: what it printed is the answer.
 dpkg_installed=""
 if command -v dpkg-query >/dev/null 2>&1; then
-  dpkg_installed=" $(dpkg-query -W -f='${db:Status-Status} ${Package}\n' "${packages[@]}" 2>/dev/null \
+  dpkg_installed=" $( (dpkg-query -W -f='${db:Status-Status} ${Package}\n' "${packages[@]}" 2>/dev/null || true) \
     | awk '$1 == "installed" {printf "%s ", $2}')"
 fi
 

@@ -27,7 +27,9 @@ def _fake_bin(tmp_path: Path, *, uid: int, installed: str) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     scripts = {
-        "dpkg-query": f"for p in {installed}; do echo \"installed $p\"; done",
+        # like the real one: a line per package it knows, and exit 1 if any asked for was never known
+        "dpkg-query": (f'known=" {installed} "; rc=0; shift 2; for p in "$@"; do '
+                       'case "$known" in *" $p "*) echo "installed $p" ;; *) rc=1 ;; esac; done; exit $rc'),
         "id": f"echo {uid}",
         "apt-get": f'echo "$@" >> {tmp_path / "apt.log"}',
         "sudo": "exit 99",  # must never be called
