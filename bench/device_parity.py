@@ -1,6 +1,6 @@
 """Every shipped encoder on CPU and on CUDA: same embeddings, same codes, and the GPU's throughput.
 
-    python -m bench.device_parity [--out bench/results/device_parity.json] [--tf32 off|on]
+    python -m bench.device_parity [--out bench/results/device_parity.json] [--tf32 off|on] [--encoders A,B]
 
 Needs a CUDA device (it says so and exits 2 without one); the test suite never does. The service
 picks CUDA by itself when present (RECALL_DEVICE=auto), so this is the check that the GPU path
@@ -14,7 +14,11 @@ gives users the same results as the CPU path the suite covers:
 * speed: windows (and seconds of audio) per wall-second at batch 256 on the GPU and on CPU.
 
 Inputs are synthetic and seeded (noise, tones, chirps, bursts for audio; smooth random images),
-so the script needs nothing but the package. The text side of the image-text encoder needs the
+so the script needs nothing but the package. Audio encoders are also checked on the real clips
+shipped for the demo (``app/assets/demo``: spoken words and everyday sounds, cut into the
+service's windows), because synthetic noise and tones never reach a speech branch: for the
+routed default (general-audio) the "demo_clips" entry is where a window routed to the other
+half on one device would show, as a code differing in about half its bits. The text side of the image-text encoder needs the
 MiniLM package and is skipped, with the reason recorded, where that is not installed.
 """
 
@@ -47,6 +51,27 @@ def audio_inputs(sample_rate: int, window_s: float, n: int, seed: int = 0) -> li
         lambda: rng.standard_normal(t.size) * (np.sin(2 * np.pi * rng.uniform(1, 8) * t) > 0.5) * 0.2,
     ]
     return [makers[i % len(makers)]().astype(np.float32) for i in range(n)]
+
+
+def demo_audio_inputs(sample_rate: int, window_s: float) -> list[np.ndarray]:
+    """The demo's real words and sounds at ``sample_rate``, in windows of ``window_s`` every half window.
+
+    A clip shorter than a window is one zero-padded window, as the service pads a short query.
+    """
+    from app.usecases.demo_data import DEMO_DIR, SOUNDS, WORDS, read_mono
+
+    size, hop = int(round(window_s * sample_rate)), int(round(window_s * sample_rate / 2))
+    windows: list[np.ndarray] = []
+    for folder in (WORDS, SOUNDS):
+        for path in sorted((DEMO_DIR / folder).iterdir()):
+            wave = read_mono(path, sample_rate)
+            starts = range(0, max(wave.size - size, 0) + 1, hop)
+            for start in starts:
+                window = np.zeros(size, np.float32)
+                piece = wave[start:start + size]
+                window[:piece.size] = piece
+                windows.append(window)
+    return windows
 
 
 def image_inputs(n: int, seed: int = 0) -> list[np.ndarray]:
@@ -107,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tf32", choices=["off", "on"], default="off",
                         help="off: as the service runs (app.encoders.runtime); on: TF32 in cuDNN and matmuls, "
                              "cuDNN's own default, to see what it costs in parity")
+    parser.add_argument("--encoders", default="",
+                        help="comma-separated encoder names to check (default: every shipped one)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("device_parity: no CUDA device here; run it on a machine with one")
@@ -116,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cudnn.allow_tf32 = True
         torch.backends.cuda.matmul.allow_tf32 = True
     specs = discover()
+    wanted = [name for name in args.encoders.split(",") if name]
+    unknown = sorted(set(wanted) - set(specs))
+    if unknown:
+        parser.error(f"unknown encoder(s): {', '.join(unknown)}; shipped: {', '.join(sorted(specs))}")
+    if wanted:
+        specs = {name: specs[name] for name in wanted}
     report: dict[str, Any] = {
         "machine": {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cpu_threads": torch.get_num_threads(),
                     "cudnn_tf32": torch.backends.cudnn.allow_tf32, "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
@@ -128,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         if spec.modality == "audio":
             inputs = audio_inputs(cpu.sample_rate, cpu.default_window_s, N_INPUTS)
             result = check(cpu, gpu, inputs, cpu.default_window_s)
+            demo = demo_audio_inputs(cpu.sample_rate, cpu.default_window_s)
+            result["demo_clips"] = {"inputs": len(demo), **compare(cpu.encode(demo), gpu.encode(demo))}
         else:
             result = check(cpu, gpu, image_inputs(N_INPUTS), None)
             try:

@@ -97,7 +97,8 @@ def build(data: Path, out: Path = DEMO_DIR) -> list[dict[str, Any]]:
     return rows
 
 
-def _read_mono(path: Path, rate: int = RATE) -> np.ndarray:
+def read_mono(path: Path, rate: int = RATE) -> np.ndarray:
+    """A file as a mono float32 waveform at ``rate`` (channels averaged, soxr resampling)."""
     import soxr
 
     wave, source_rate = sf.read(path, dtype="float32", always_2d=True)
@@ -125,7 +126,7 @@ def _asc_words(data: Path, out: Path) -> list[dict[str, Any]]:
     for word in ASC_WORDS:
         for n, speaker in enumerate(ASC_SPEAKERS, 1):
             name = f"{WORDS}/asc-{word}-s{n}.flac"
-            _flac(out / name, _read_mono(data / "asc" / files[(word, speaker, 1)]))
+            _flac(out / name, read_mono(data / "asc" / files[(word, speaker, 1)]))
             label = f'"{word}" in Arabic, speaker {n}'
             rows.append({"collection": WORDS, "file": name, "id": f"{word}-s{n}",
                          "metadata": {"word": word, "speaker": f"asc-{n}", "label": label, **ASC_CREDIT}})
@@ -137,7 +138,7 @@ def _fsdd_digits(data: Path, out: Path) -> list[dict[str, Any]]:
     for digit in FSDD_DIGITS:
         for speaker in FSDD_SPEAKERS:
             name = f"{WORDS}/fsdd-{digit}-{speaker}.flac"
-            _flac(out / name, _read_mono(data / "fsdd" / "recordings" / f"{digit}_{speaker}_0.wav"))
+            _flac(out / name, read_mono(data / "fsdd" / "recordings" / f"{digit}_{speaker}_0.wav"))
             rows.append({"collection": WORDS, "file": name, "id": f"digit-{digit}-{speaker}",
                          "metadata": {"word": str(digit), "speaker": speaker, "label": f'"{digit}" in English, {speaker}', **FSDD_CREDIT}})
     return rows
@@ -158,7 +159,7 @@ def _asc_recordings(data: Path, out: Path) -> list[dict[str, Any]]:
         parts, occurrences, clock, takes = [], [], 0.0, {}
         for word in words:
             takes[word] = takes.get(word, 1) + 1  # take 1 is a short clip of its own; use 2, 3, ...
-            wave = _trim(_read_mono(data / "asc" / files[(word, speaker, takes[word])]))
+            wave = _trim(read_mono(data / "asc" / files[(word, speaker, takes[word])]))
             pause = np.zeros(int(rng.uniform(1.2, 2.2) * RATE), np.float32)
             start = clock + len(pause) / RATE
             occurrences.append({"word": word, "start": round(start, 2), "end": round(start + len(wave) / RATE, 2)})
@@ -197,7 +198,7 @@ def _esc10_sounds(data: Path, out: Path) -> list[dict[str, Any]]:
         for n, row in enumerate(chosen, 1):
             stem = row["orig_filename"].rsplit("-", 1)[0]
             name = f"{SOUNDS}/{category}-{n}.ogg"
-            sf.write(out / name, _read_mono(data / "esc50" / row["filename"]), RATE, format="OGG", subtype="VORBIS")
+            sf.write(out / name, read_mono(data / "esc50" / row["filename"]), RATE, format="OGG", subtype="VORBIS")
             kind = category.replace("_", " ")
             rows.append({"collection": SOUNDS, "file": name, "id": f"{category.replace('_', '-')}-{n}",
                          "metadata": {"kind": kind, "label": f"{kind} (ESC-50 clip {stem})", "source": "ESC-50 (ESC-10 subset)",
