@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from app.training import synth_flite
+
 # held out of every training step, scored by bench/audio_generalisation.py
 ASC_HOLDOUT_SPEAKERS = ("00000001", "00000005", "00000006", "00000009", "00000011")
 ASC_HOLDOUT_WORDS = ("backward", "disable", "five", "next", "open", "right", "start", "up")
@@ -106,7 +108,8 @@ def synthesise(work: Path, args: argparse.Namespace) -> dict[str, Path]:
     if not english.is_file():
         synthesise_words(list(DEFAULT_WORDS)[: args.english_words], args.english_voices, SPEECH_RATE, english.parent,
                          seed=args.seed)
-    return {"pseudo": pseudo, "synth-en": english, "digits": synthesise_digits(work, args.digit_voices, args.seed)}
+    synth = {"pseudo": pseudo, "synth-en": english, "digits": synthesise_digits(work, args.digit_voices, args.seed)}
+    return synth | flite_manifests(work, args)
 
 
 def speed_perturbed(manifest: Path, work: Path, factors: tuple[float, ...]) -> Path:
@@ -133,21 +136,42 @@ def speed_perturbed(manifest: Path, work: Path, factors: tuple[float, ...]) -> P
     return _write_manifest(out, rows)
 
 
-def synthesise_digits(work: Path, voices: int, seed: int) -> Path:
-    """English digits in many espeak-ng voices, labelled as FSDD labels them ("digit:N") so that a real
-    speaker's "three" and a synthetic one's are positives of each other: many voices per word is what
+def synthesise_digits(work: Path, voices: int, seed: int, synthesiser: str = "espeak-ng") -> Path:
+    """English digits in many espeak-ng (or flite) voices, labelled as FSDD labels them ("digit:N") so that
+    a real speaker's "three" and a synthetic one's are positives of each other: many voices per word is what
     two real FSDD speakers cannot give. The held-out digit words are not synthesised into training."""
-    from app.training.synth_speech import synthesise_words
+    from app.training import synth_flite, synth_speech
 
-    raw, out = work / "synth-digits" / "manifest.csv", work / "digits-train.csv"
+    folder, train, make = {"espeak-ng": ("synth-digits", "digits-train.csv", synth_speech.synthesise_words),
+                           "flite": ("flite-digits", "flite-digits-train.csv", synth_flite.synthesise_words)}[synthesiser]
+    raw, out = work / folder / "manifest.csv", work / train
     if not raw.is_file():
-        synthesise_words(list(DIGIT_WORDS), voices, SPEECH_RATE, raw.parent, seed=seed)
+        make(list(DIGIT_WORDS), voices, SPEECH_RATE, raw.parent, seed=seed)
     rows = []
     for r in _rows(raw):
         digit = str(DIGIT_WORDS.index(r["label"].split(":", 1)[1]))
         if digit not in FSDD_HOLDOUT_WORDS:
             rows.append((str((raw.parent / r["path"]).resolve()), "digit:" + digit, "synth:" + r["speaker"]))
     return _write_manifest(out, rows)
+
+
+FLITE_KEYS = ("flite-digits", "flite-words")
+
+
+def flite_manifests(work: Path, args: argparse.Namespace) -> dict[str, Path]:
+    """The flite extras asked for (app/training/synth_flite.py): digits and everyday English words."""
+    from app.training.synth_flite import synthesise_words
+    from app.training.synth_speech import DEFAULT_WORDS
+
+    out = {}
+    if args.flite_digit_voices:
+        out["flite-digits"] = synthesise_digits(work, args.flite_digit_voices, args.seed, "flite")
+    if args.flite_word_voices:
+        out["flite-words"] = work / "flite-words" / "manifest.csv"
+        if not out["flite-words"].is_file():
+            synthesise_words(list(DEFAULT_WORDS), args.flite_word_voices, SPEECH_RATE, out["flite-words"].parent,
+                             seed=args.seed)
+    return out
 
 
 def speech_argv(data: Path, manifests: dict[str, Path], synth: dict[str, Path], out: Path,
@@ -168,7 +192,7 @@ def speech_argv(data: Path, manifests: dict[str, Path], synth: dict[str, Path], 
         return ["--manifest", str(data / "asc" / "asc.csv"), "--holdout", ",".join(ASC_HOLDOUT_SPEAKERS),
                 *common, "--init-from", str(args.speech_init), "--mining", "semihard", "--gamma", "0.0005",
                 "--quant-warmup", "0", "--lr", "0.0005", "--keep", "last", "--lr-patience", "0",
-                *[a for path in [*extra, synth["digits"]] for a in ("--extra-manifest", str(path))]]
+                *[a for path in [*extra, synth["digits"], *[synth[k] for k in FLITE_KEYS if k in synth]] for a in ("--extra-manifest", str(path))]]
     speech = [manifests[k] for k in ("asc", "fsdd") if k in manifests] + list(synth.values())
     main, extra = speech[0], speech[1:]  # held-out speakers and words are already out of these manifests
     return ["--manifest", str(main), *common, *[a for path in extra for a in ("--extra-manifest", str(path))]]
@@ -375,6 +399,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mfcc-bits", type=int, default=0,
                    help="with --views-from: append the downsampled-MFCC view with this many code bits (multiple of 8)")
     p.add_argument("--digit-voices", type=int, default=48, help="espeak-ng voices per English digit word")
+    synth_flite.add_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1,

@@ -224,7 +224,7 @@ def synthesise_words(
 
 def run_synthesis(jobs: list, make, out: Path, workers: int, binary: str, record: dict) -> Path:
     """``make`` each job on threads; write ``OUT/manifest.csv`` (path,label,speaker) of the clips that came out
-    and ``OUT/synth.json`` (``record`` plus the espeak-ng version and the clip count). Returns the manifest."""
+    and ``OUT/synth.json`` (``record`` plus the synthesiser's version and the clip count). Returns the manifest."""
     from tqdm import tqdm
 
     # threads are enough: the work happens in the espeak-ng subprocesses and in soxr (no GIL)
@@ -237,7 +237,9 @@ def run_synthesis(jobs: list, make, out: Path, workers: int, binary: str, record
         writer.writeheader()
         writer.writerows(rows)
     version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
-    (out / "synth.json").write_text(json.dumps({**record, "espeak_ng": version, "clips": len(rows)}, indent=2) + "\n")
+    # the synthesiser's version under its own name ("espeak_ng", "flite")
+    tool = Path(binary).name.replace("-", "_")
+    (out / "synth.json").write_text(json.dumps({**record, tool: version, "clips": len(rows)}, indent=2) + "\n")
     return manifest
 
 
