@@ -17,7 +17,7 @@ import torch
 
 from app.encoders.checkpoint import load_checkpoint, save_checkpoint
 from app.encoders.registry import load_checkpoint_dir
-from app.training import general_audio
+from app.training import general_audio, general_audio_data
 from app.training.audio_train import TrainConfig, build_model, model_config
 
 RATE = 16000
@@ -91,18 +91,18 @@ def speech_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_training_manifests_leave_out_every_held_out_group(data: Path, tmp_path: Path) -> None:
-    manifests = general_audio.training_manifests(data, tmp_path, without=None)
+    manifests = general_audio_data.training_manifests(data, tmp_path, without=None)
     rows = {key: list(csv.DictReader(path.open())) for key, path in manifests.items()}
     assert {r["label"] for r in rows["asc"]} == {"yes", "no"}
     assert "00000001" not in {r["speaker"] for r in rows["asc"]}
     assert {r["speaker"] for r in rows["fsdd"]} == {"fsdd:george"} and {r["label"] for r in rows["fsdd"]} == {"digit:0", "digit:1"}
     assert "rain" not in {r["label"] for r in rows["esc"]}
     assert all(Path(r["path"]).is_absolute() and Path(r["path"]).is_file() for r in rows["asc"])
-    assert set(general_audio.training_manifests(data, tmp_path / "loco", without="fsdd")) == {"asc", "esc"}
+    assert set(general_audio_data.training_manifests(data, tmp_path / "loco", without="fsdd")) == {"asc", "esc"}
 
 
 def test_fine_tuning_keeps_held_out_speakers_out_and_adds_the_english_digits(data: Path, tmp_path: Path) -> None:
-    manifests = general_audio.training_manifests(data, tmp_path, without=None)
+    manifests = general_audio_data.training_manifests(data, tmp_path, without=None)
     synth = {"pseudo": tmp_path / "p.csv", "synth-en": tmp_path / "e.csv", "digits": tmp_path / "d.csv"}
     args = general_audio.argparse.Namespace(speech_init="ckpt", speech_epochs=3, speech_steps=5, speech_patience=9, seed=0,
                                             device="cpu", threads=1, speech_channel_augment=False)
@@ -131,7 +131,7 @@ def test_fine_tuning_keeps_held_out_speakers_out_and_adds_the_english_digits(dat
 
 @pytest.mark.system("espeak-ng")
 def test_synthetic_digits_carry_fsdd_labels_and_leave_out_the_held_out_words(tmp_path: Path) -> None:
-    manifest = general_audio.synthesise_digits(tmp_path, voices=2, seed=0)
+    manifest = general_audio_data.synthesise_digits(tmp_path, voices=2, seed=0)
     rows = list(csv.DictReader(manifest.open()))
     held = {"digit:" + d for d in general_audio.FSDD_HOLDOUT_WORDS}
     assert {r["label"] for r in rows} == {f"digit:{d}" for d in range(10)} - held

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.training import general_audio, synth_flite
+from app.training import general_audio, general_audio_data, synth_flite
 from app.training.synth_speech import DEFAULT_WORDS
 
 RATE = 8000
@@ -72,7 +72,7 @@ def test_words_manifest_labels_each_word_once_per_speaker(tmp_path: Path) -> Non
 def test_flite_digits_and_words_reach_the_fine_tune_without_the_held_out_digits(tmp_path: Path) -> None:
     args = general_audio.parse_args(["--data", "x", "--out", "y", "--speech-init", "ckpt",
                                      "--flite-digit-voices", "2", "--flite-word-voices", "1"])
-    found = general_audio.flite_manifests(tmp_path, args)
+    found = general_audio_data.flite_manifests(tmp_path, args)
     assert set(found) == {"flite-digits", "flite-words"}
     digits = list(csv.DictReader(found["flite-digits"].open()))
     held = {"digit:" + d for d in general_audio.FSDD_HOLDOUT_WORDS}
@@ -85,4 +85,4 @@ def test_flite_digits_and_words_reach_the_fine_tune_without_the_held_out_digits(
     extras = [argv[i + 1] for i, a in enumerate(argv) if a == "--extra-manifest"]
     assert extras == [str(synth["digits"]), str(found["flite-digits"]), str(found["flite-words"])]
     off = general_audio.parse_args(["--data", "x", "--out", "y"])
-    assert general_audio.flite_manifests(tmp_path / "none", off) == {}  # off by default: earlier recipes unchanged
+    assert general_audio_data.flite_manifests(tmp_path / "none", off) == {}  # off by default: earlier recipes unchanged

@@ -1,0 +1,140 @@
+"""What `recall train general-audio` trains on: the corpora's training portions, synthetic and perturbed speech.
+
+The held-out speakers, words and classes (constants below) are what bench/audio_generalisation.py
+scores on, so every manifest here leaves them out; ``without`` leaves a whole corpus out for the
+leave-one-corpus-out runs. Synthetic speech: espeak-ng's made-up words in 30 languages and English
+everyday words (app/training/synth_pseudowords.py, app/training/synth_speech.py), English digits in
+many voices, and, when asked for, the same from flite's voices of real speakers
+(app/training/synth_flite.py). Each file is made once in the work folder and reused by a resumed run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+# held out of every training step, scored by bench/audio_generalisation.py
+ASC_HOLDOUT_SPEAKERS = ("00000001", "00000005", "00000006", "00000009", "00000011")
+ASC_HOLDOUT_WORDS = ("backward", "disable", "five", "next", "open", "right", "start", "up")
+FSDD_HOLDOUT_SPEAKERS = ("jackson", "nicolas")
+# digit words no step hears from anyone (real or synthetic): English words never trained on, said by
+# unseen speakers, are bench/audio_generalisation.py's "unseen words" when the speech branch
+# fine-tunes from a checkpoint that heard every Arabic keyword
+FSDD_HOLDOUT_WORDS = ("2", "5", "7", "9")
+SPEED_FACTORS = (0.85, 0.92, 1.08, 1.16)  # speed-perturbed copies of the real English speakers
+DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+ESC_HOLDOUT_CLASSES = ("chirping_birds", "clapping", "dog", "engine", "hen", "keyboard_typing", "rain", "siren")
+CORPORA = ("asc", "fsdd", "esc")
+SPEECH_RATE = 8000
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _write_manifest(path: Path, rows: list[tuple[str, str, str]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["path", "label", "speaker"])
+        writer.writerows(rows)
+    return path
+
+
+def training_manifests(data: Path, work: Path, without: str | None) -> dict[str, Path]:
+    """Manifests of the training portion of each corpus (held-out speakers, words and classes removed)."""
+    out = {}
+    if without != "asc":
+        asc = [(str(data / "asc" / r["file"]), r["keyword"], r["speaker"]) for r in _rows(data / "asc" / "asc.csv")
+               if r["keyword"] not in ASC_HOLDOUT_WORDS and r["speaker"] not in ASC_HOLDOUT_SPEAKERS]
+        out["asc"] = _write_manifest(work / "asc-train.csv", asc)
+    if without != "fsdd":
+        fsdd = [(str(data / "fsdd" / r["file"]), "digit:" + r["digit"], "fsdd:" + r["speaker"])
+                for r in _rows(data / "fsdd" / "fsdd.csv")
+                if r["speaker"] not in FSDD_HOLDOUT_SPEAKERS and r["digit"] not in FSDD_HOLDOUT_WORDS]
+        out["fsdd"] = _write_manifest(work / "fsdd-train.csv", fsdd)
+    if without != "esc":
+        esc = [(str(data / "esc50" / r["filename"]), r["category"], "") for r in _rows(data / "esc50" / "esc50.csv")
+               if r["category"] not in ESC_HOLDOUT_CLASSES]
+        out["esc"] = _write_manifest(work / "esc-train.csv", esc)
+    return out
+
+
+def synthesise(work: Path, args: argparse.Namespace) -> dict[str, Path]:
+    from app.training.synth_pseudowords import LANGUAGES, synthesise_pseudowords
+    from app.training.synth_speech import DEFAULT_WORDS, synthesise_words
+
+    pseudo, english = work / "pseudo" / "manifest.csv", work / "synth-en" / "manifest.csv"
+    languages = tuple(args.languages.split(",")) if args.languages else LANGUAGES
+    if not pseudo.is_file():
+        synthesise_pseudowords(pseudo.parent, words_per_language=args.pseudo_words, voices=args.pseudo_voices,
+                               sample_rate=SPEECH_RATE, seed=args.seed, languages=languages)
+    if not english.is_file():
+        synthesise_words(list(DEFAULT_WORDS)[: args.english_words], args.english_voices, SPEECH_RATE, english.parent,
+                         seed=args.seed)
+    synth = {"pseudo": pseudo, "synth-en": english, "digits": synthesise_digits(work, args.digit_voices, args.seed)}
+    return synth | flite_manifests(work, args)
+
+
+def speed_perturbed(manifest: Path, work: Path, factors: tuple[float, ...]) -> Path:
+    """Each clip again at other speeds, each factor a new "speaker" (george@0.85): playing faster raises
+    pitch and formants together, roughly what a shorter vocal tract does, so two real English speakers
+    become ten for the triplets' cross-speaker positives (Ko et al. 2015 found speed perturbation the most
+    useful augmentation for unseen speakers)."""
+    import soundfile as sf
+
+    from app.training.audio_data import load_waves, read_manifest
+    from app.training.augment import change_speed
+
+    out_dir, out = work / "speed-perturbed", work / (manifest.stem + "-speeds.csv")
+    records = read_manifest(manifest)
+    waves = load_waves(records, SPEECH_RATE, cache_dir="/tmp/recall-audio-cache")
+    rows = []
+    for record, wave in zip(records, waves):
+        for factor in factors:
+            path = out_dir / f"{factor:g}" / (Path(record.path).stem + ".wav")
+            if not path.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                sf.write(path, change_speed(wave, factor), SPEECH_RATE)
+            rows.append((str(path.resolve()), record.label, f"{record.speaker}@{factor:g}"))
+    return _write_manifest(out, rows)
+
+
+def synthesise_digits(work: Path, voices: int, seed: int, synthesiser: str = "espeak-ng") -> Path:
+    """English digits in many espeak-ng (or flite) voices, labelled as FSDD labels them ("digit:N") so that
+    a real speaker's "three" and a synthetic one's are positives of each other: many voices per word is what
+    two real FSDD speakers cannot give. The held-out digit words are not synthesised into training."""
+    from app.training import synth_flite, synth_speech
+
+    folder, train, make = {"espeak-ng": ("synth-digits", "digits-train.csv", synth_speech.synthesise_words),
+                           "flite": ("flite-digits", "flite-digits-train.csv", synth_flite.synthesise_words)}[synthesiser]
+    raw, out = work / folder / "manifest.csv", work / train
+    if not raw.is_file():
+        make(list(DIGIT_WORDS), voices, SPEECH_RATE, raw.parent, seed=seed)
+    rows = []
+    for r in _rows(raw):
+        digit = str(DIGIT_WORDS.index(r["label"].split(":", 1)[1]))
+        if digit not in FSDD_HOLDOUT_WORDS:
+            rows.append((str((raw.parent / r["path"]).resolve()), "digit:" + digit, "synth:" + r["speaker"]))
+    return _write_manifest(out, rows)
+
+
+FLITE_KEYS = ("flite-digits", "flite-words")
+
+
+def flite_manifests(work: Path, args: argparse.Namespace) -> dict[str, Path]:
+    """The flite extras asked for (app/training/synth_flite.py): digits and everyday English words."""
+    from app.training.synth_flite import synthesise_words
+    from app.training.synth_speech import DEFAULT_WORDS
+
+    out = {}
+    if args.flite_digit_voices:
+        out["flite-digits"] = synthesise_digits(work, args.flite_digit_voices, args.seed, "flite")
+    if args.flite_word_voices:
+        out["flite-words"] = work / "flite-words" / "manifest.csv"
+        if not out["flite-words"].is_file():
+            synthesise_words(list(DEFAULT_WORDS), args.flite_word_voices, SPEECH_RATE, out["flite-words"].parent,
+                             seed=args.seed)
+    return out
