@@ -76,6 +76,11 @@ class ClusterSettings(BaseModel):
         "Each takes one GPU when the Ray cluster has GPUs, else embed_cpus CPUs.",
     )
     embed_cpus: float = Field(1.0, gt=0, description="CPUs Ray reserves per embedding worker on a cluster without GPUs.")
+    shard_timeout_s: float = Field(
+        10.0, gt=0,
+        description="How long one search waits for an index shard actor (which first replays the catalog up to "
+        "the latest write) before counting it missing: 503, or a marked partial result on request.",
+    )
     tombstone_retention_s: float = Field(
         3600.0, gt=0,
         description="Cluster mode keeps deletion records this long for replicas to replay; a replica (API process "

@@ -8,7 +8,7 @@ it only remembers the latest catalog sequence it has seen (``required_seq``) and
 every call, and each shard replays the catalog up to it before answering.
 
 A shard that does not answer (killed, restarting, its node gone, or slower than
-``SHARD_TIMEOUT_S``) fails the search with 503 and a reason naming the shard, or, when the
+``RECALL_CLUSTER__SHARD_TIMEOUT_S``, 10 s) fails the search with 503 and a reason naming the shard, or, when the
 request asks for it (``"partial": true``), gives the merged answer of the other shards marked
 ``partial``; never a silently short list (see :meth:`RemoteCollectionIndex.shards_missed`). Shard actors are named, detached and restarted by Ray without limit, so every API
 process finds the same actors and a restarted one rebuilds its partition from PostgreSQL.
@@ -33,7 +33,6 @@ from app.storage.records import Collection
 
 log = logging.getLogger(__name__)
 
-SHARD_TIMEOUT_S = 10.0  # one search's wait for a shard (a restarting one queues calls) before counting it missing
 BUILD_TIMEOUT_S = 1800.0  # a new or restarted shard rebuilding its partition from PostgreSQL
 
 
@@ -48,9 +47,10 @@ def actor_name(catalog_url: str, collection: Collection, number: int, count: int
 
 
 class RemoteCollectionIndex:
-    def __init__(self, collection: Collection, actors: list[Any]) -> None:
+    def __init__(self, collection: Collection, actors: list[Any], timeout_s: float = 10.0) -> None:
         self.collection = collection
         self.actors = actors
+        self.timeout_s = timeout_s  # one search's wait for a shard (a restarting one queues calls) before it counts as missing
         self.required_seq = 0
         self._synced_seq = -1
         self._total = 0
@@ -78,13 +78,13 @@ class RemoteCollectionIndex:
             ).remote(settings.catalog_url, collection, n, count, settings.index.shards)
             for n in range(count)
         ]
-        self = cls(collection, actors)
+        self = cls(collection, actors, settings.cluster.shard_timeout_s)
         self._call("sync", 0, timeout=BUILD_TIMEOUT_S, strict=True)  # wait for the partitions to be built
         return self
 
     # --- scatter ------------------------------------------------------------------------------
 
-    def _call(self, method: str, *args: Any, timeout: float = SHARD_TIMEOUT_S, strict: bool = False) -> list[Any]:
+    def _call(self, method: str, *args: Any, timeout: float | None = None, strict: bool = False) -> list[Any]:
         """Call every shard; a shard that fails or does not answer in time gives None.
 
         Each miss is recorded with the call's start and end (see :meth:`shards_missed`), so the
@@ -95,7 +95,7 @@ class RemoteCollectionIndex:
         from ray import exceptions as rex
 
         start = time.monotonic()
-        deadline = start + timeout
+        deadline = start + (self.timeout_s if timeout is None else timeout)
         refs = [getattr(actor, method).remote(*args) for actor in self.actors]
         results: list[Any] = []
         missing: list[tuple[int, str]] = []

@@ -262,3 +262,26 @@ def test_reshard_builds_the_new_count_then_retires_the_old(pg_url, ray_session):
     got = after.binary.search(q, 7)
     assert np.array_equal(got[0], before[0]) and np.array_equal(got[1], before[1])
     after.delete_files()
+
+
+class _SlowShard:
+    """A stand-in shard whose one method answers after ``delay`` seconds."""
+
+    def ping(self, delay: float) -> str:
+        time.sleep(delay)
+        return "pong"
+
+
+def test_a_shard_slower_than_the_configured_timeout_counts_as_missing(ray_session):
+    collection = Collection("slow", "audio", "x", ("binary",), DIM, BITS, 1.0, 0.5, False, "", 1.0)
+    assert Settings().cluster.shard_timeout_s == 10.0  # the service's default
+    actor = ray_session.remote(_SlowShard).remote()
+    ray_session.get(actor.ping.remote(0.0))  # started, so the timings below are the call's alone
+    patient = RemoteCollectionIndex(collection, [actor], timeout_s=30.0)
+    assert patient._call("ping", 1.0) == ["pong"]
+    impatient = RemoteCollectionIndex(collection, [actor], timeout_s=0.2)
+    since = time.monotonic()
+    assert impatient._call("ping", 3.0) == [None]
+    with pytest.raises(Unhealthy, match="index shard 1 of 1 of collection 'slow' did not answer in time"):
+        impatient.shards_missed(since, time.monotonic(), allow_partial=False)
+    ray_session.kill(actor)
