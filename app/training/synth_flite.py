@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.training.synth_speech import LABEL_PREFIX, run_synthesis, slug, trim_silence
+from app.training.synth_speech import run_synthesis, slug, trim_silence, write_clip
 
 VOICES = ("kal16", "awb", "rms", "slt")  # flite's built-in voices; "kal" is kal16's speaker at 8 kHz
 STRETCH = (0.85, 1.25)  # duration_stretch drawn from (1.0 is the voice's own rate)
@@ -84,8 +84,6 @@ def synthesise_words(words: list[str], n_speakers: int, sample_rate: int, out: s
     """Every word by ``n_speakers`` flite speakers: ``OUT/<word>/<speaker>.wav`` and ``OUT/manifest.csv``
     (path,label,speaker; labels ``synth:<word>``, as synth_speech labels espeak-ng's words, so the same
     word from both synthesisers is one class). Returns the manifest's path."""
-    import soundfile as sf
-
     flite, sox = binaries()
     speakers = choose_speakers(n_speakers, seed)
     out = Path(out)
@@ -94,12 +92,7 @@ def synthesise_words(words: list[str], n_speakers: int, sample_rate: int, out: s
     def make(job: tuple[str, str, FliteSpeaker]) -> dict[str, str] | None:
         word, name, speaker = job
         wave = synthesise(flite, sox, speaker, word, sample_rate)
-        if len(wave) < sample_rate * 0.05:
-            return None
-        path = out / name / f"{speaker.id.split(':', 1)[1]}.wav"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        sf.write(path, wave, sample_rate, subtype="PCM_16")
-        return {"path": f"{name}/{path.name}", "label": LABEL_PREFIX + word, "speaker": speaker.id}
+        return write_clip(out, name, speaker.id.split(":", 1)[1], wave, sample_rate, word, speaker.id)
 
     return run_synthesis(jobs, make, out, workers, flite, {
         "synthesiser": "flite", "seed": seed, "sample_rate": sample_rate, "words": words,

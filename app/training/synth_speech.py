@@ -190,8 +190,6 @@ def synthesise_words(
     Returns:
         The manifest's path.
     """
-    import soundfile as sf
-
     binary = espeak_binary()
     langs = available_languages(binary, languages)
     if not langs:
@@ -208,18 +206,26 @@ def synthesise_words(
 
     def make(job: tuple[str, str, Voice]) -> dict[str, str] | None:
         word, name, voice = job
-        wave = synthesise(binary, voice, word, sample_rate)
-        if len(wave) < sample_rate * 0.05:
-            print(f"skipped {word!r} in {voice.id}: no speech came out", file=sys.stderr)
-            return None
-        path = out / name / f"{voice.id}.wav"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        sf.write(path, wave, sample_rate, subtype="PCM_16")
-        return {"path": f"{name}/{voice.id}.wav", "label": LABEL_PREFIX + word, "speaker": voice.id}
+        return write_clip(out, name, voice.id, synthesise(binary, voice, word, sample_rate), sample_rate, word, voice.id)
 
     return run_synthesis(jobs, make, out, workers, binary, {
         "command": command, "seed": seed, "sample_rate": sample_rate, "words": words,
         "voices": [{"id": v.id, "args": v.args()} for v in voices]})
+
+
+def write_clip(out: Path, name: str, stem: str, wave: np.ndarray, sample_rate: int, word: str,
+               speaker: str) -> dict[str, str] | None:
+    """``OUT/<name>/<stem>.wav`` (16-bit mono) and its manifest row, or None, with a message, when no
+    speech came out (an utterance under 50 ms after trimming)."""
+    import soundfile as sf
+
+    if len(wave) < sample_rate * 0.05:
+        print(f"skipped {word!r} by {speaker}: no speech came out", file=sys.stderr)
+        return None
+    path = out / name / f"{stem}.wav"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(path, wave, sample_rate, subtype="PCM_16")
+    return {"path": f"{name}/{stem}.wav", "label": LABEL_PREFIX + word, "speaker": speaker}
 
 
 def run_synthesis(jobs: list, make, out: Path, workers: int, binary: str, record: dict) -> Path:
