@@ -53,25 +53,14 @@ def audio_inputs(sample_rate: int, window_s: float, n: int, seed: int = 0) -> li
     return [makers[i % len(makers)]().astype(np.float32) for i in range(n)]
 
 
-def demo_audio_inputs(sample_rate: int, window_s: float) -> list[np.ndarray]:
-    """The demo's real words and sounds at ``sample_rate``, in windows of ``window_s`` every half window.
-
-    A clip shorter than a window is one zero-padded window, as the service pads a short query.
-    """
+def demo_audio_inputs(sample_rate: int, window_s: float, hop_s: float) -> list[np.ndarray]:
+    """The demo's real words and sounds at ``sample_rate``, cut into windows as the service cuts them
+    (the last one may be short: the encoder pads it, as it pads a short query)."""
+    from app.features.windows import cut_windows
     from app.usecases.demo_data import DEMO_DIR, SOUNDS, WORDS, read_mono
 
-    size, hop = int(round(window_s * sample_rate)), int(round(window_s * sample_rate / 2))
-    windows: list[np.ndarray] = []
-    for folder in (WORDS, SOUNDS):
-        for path in sorted((DEMO_DIR / folder).iterdir()):
-            wave = read_mono(path, sample_rate)
-            starts = range(0, max(wave.size - size, 0) + 1, hop)
-            for start in starts:
-                window = np.zeros(size, np.float32)
-                piece = wave[start:start + size]
-                window[:piece.size] = piece
-                windows.append(window)
-    return windows
+    return [window for folder in (WORDS, SOUNDS) for path in sorted((DEMO_DIR / folder).iterdir())
+            for window in cut_windows(read_mono(path, sample_rate), sample_rate, window_s, hop_s)[0]]
 
 
 def image_inputs(n: int, seed: int = 0) -> list[np.ndarray]:
@@ -161,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         if spec.modality == "audio":
             inputs = audio_inputs(cpu.sample_rate, cpu.default_window_s, N_INPUTS)
             result = check(cpu, gpu, inputs, cpu.default_window_s)
-            demo = demo_audio_inputs(cpu.sample_rate, cpu.default_window_s)
+            demo = demo_audio_inputs(cpu.sample_rate, cpu.default_window_s, cpu.default_hop_s or cpu.default_window_s / 2)
             result["demo_clips"] = {"inputs": len(demo), **compare(cpu.encode(demo), gpu.encode(demo))}
         else:
             result = check(cpu, gpu, image_inputs(N_INPUTS), None)

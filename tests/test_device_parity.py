@@ -58,22 +58,17 @@ def test_without_a_gpu_it_says_so_and_exits_2(capsys: pytest.CaptureFixture, tmp
     assert not (tmp_path / "x.json").exists()
 
 
-def test_demo_clips_are_cut_into_half_overlapping_windows() -> None:
-    """Each demo clip gives floor((n - size) / hop) + 1 windows (one zero-padded window if shorter)."""
-    from app.media.audio import decode_audio  # the service's own decoder, as a check on read_mono
+def test_demo_clips_are_the_shipped_words_and_sounds_in_the_services_windows() -> None:
+    """Every demo file, decoded by the service's own decoder and cut by its windowing, in order."""
+    from app.features.windows import cut_windows
+    from app.media.audio import decode_audio
     from app.usecases.demo_data import DEMO_DIR, SOUNDS, WORDS
 
-    rate, window_s = 8000, 1.0
-    size, hop = 8000, 4000
-    expected = 0
-    first = None
-    for folder in (WORDS, SOUNDS):
-        for path in sorted((DEMO_DIR / folder).iterdir()):
-            wave = decode_audio(path.read_bytes(), target_rate=rate, filename=path.name)
-            expected += 1 if wave.size <= size else (wave.size - size) // hop + 1
-            first = wave if first is None else first
-    windows = device_parity.demo_audio_inputs(rate, window_s)
-    assert len(windows) == expected and all(w.shape == (size,) and w.dtype == np.float32 for w in windows)
-    head = first[:size]
-    np.testing.assert_allclose(windows[0][:head.size], head, atol=1e-5)
-    assert not windows[0][head.size:].any()  # a short clip is zero-padded, as the service pads a short query
+    rate, window_s, hop_s = 8000, 1.0, 0.5
+    expected = [w for folder in (WORDS, SOUNDS) for path in sorted((DEMO_DIR / folder).iterdir())
+                for w in cut_windows(decode_audio(path.read_bytes(), target_rate=rate, filename=path.name), rate, window_s, hop_s)[0]]
+    windows = device_parity.demo_audio_inputs(rate, window_s, hop_s)
+    assert len(windows) == len(expected) > 100
+    assert all(w.dtype == np.float32 and 0 < w.size <= rate for w in windows)
+    for got, want in zip(windows, expected):
+        np.testing.assert_allclose(got, want, atol=1e-5)

@@ -98,12 +98,13 @@ def build(data: Path, out: Path = DEMO_DIR) -> list[dict[str, Any]]:
 
 
 def read_mono(path: Path, rate: int = RATE) -> np.ndarray:
-    """A file as a mono float32 waveform at ``rate`` (channels averaged, soxr resampling)."""
+    """A file as a mono float32 waveform at ``rate``: channels averaged, soxr resampling, and clipped to
+    [-1, 1] as the service's decoder clips (resampling can overshoot a full-scale peak)."""
     import soxr
 
     wave, source_rate = sf.read(path, dtype="float32", always_2d=True)
     wave = wave.mean(axis=1)
-    return soxr.resample(wave, source_rate, rate) if source_rate != rate else wave
+    return np.clip(soxr.resample(wave, source_rate, rate) if source_rate != rate else wave, -1.0, 1.0)
 
 
 def _flac(path: Path, wave: np.ndarray) -> None:
