@@ -47,7 +47,7 @@ def actor_name(catalog_url: str, collection: Collection, number: int, count: int
 
 
 class RemoteCollectionIndex:
-    def __init__(self, collection: Collection, actors: list[Any], timeout_s: float = 10.0) -> None:
+    def __init__(self, collection: Collection, actors: list[Any], timeout_s: float) -> None:
         self.collection = collection
         self.actors = actors
         self.timeout_s = timeout_s  # one search's wait for a shard (a restarting one queues calls) before it counts as missing
