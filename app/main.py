@@ -95,7 +95,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v1)
     app.include_router(health.router)
     _mount_web(app)
-    finish_openapi(app, api_keys=keys.enabled)  # declared errors and key schemes (app/api/error_docs.py)
+    # declared errors, key schemes, the configured limits as bounds, links (app/api/error_docs.py)
+    finish_openapi(app, api_keys=keys.enabled, limits=settings.limits)
     add_scope_docs(app)  # each /v1 operation names the scope its key needs (app/api/auth.py)
 
     def observe(method: str, route: str, status: int, seconds: float) -> None:

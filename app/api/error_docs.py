@@ -8,10 +8,15 @@ code a route answers without listing it.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.limit_docs import add_limit_bounds
+from app.api.links import add_links
+from app.settings import LimitSettings
 
 
 class ErrorDetail(BaseModel):
@@ -72,8 +77,10 @@ SECURITY_SCHEMES = {
 }
 
 
-def finish_openapi(app: FastAPI, api_keys: bool) -> None:
-    """The document as served: only declared 422s, and (with keys on) the key schemes of every /v1 route.
+def finish_openapi(app: FastAPI, api_keys: bool, limits: LimitSettings | None = None) -> None:
+    """The document as served: only declared 422s, (with keys on) the key schemes of every /v1 route,
+    the configured ``limits`` as schema bounds (app/api/limit_docs.py) and the links between
+    operations (app/api/links.py).
 
     FastAPI adds a 422 (with its own body schema, which this service never sends: validation
     errors answer the one error shape) to every route with a parameter, even where no value can
@@ -86,7 +93,12 @@ def finish_openapi(app: FastAPI, api_keys: bool) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
-        spec = build()
+        # a copy: FastAPI puts the routes' openapi_extra and responses dicts (module data shared by
+        # every app of the process) into the document as they are, and the bounds below differ per app
+        spec = copy.deepcopy(build())
+        if limits is not None:
+            add_limit_bounds(spec, limits)
+        add_links(spec)
         for operations in spec.get("paths", {}).values():
             for operation in operations.values():
                 response = operation.get("responses", {}).get("422", {})

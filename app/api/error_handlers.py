@@ -8,6 +8,7 @@ unexpected) into responses. ``tests/web/test_errors.py`` reads the codes written
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -24,13 +25,13 @@ log = logging.getLogger("recall")
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        return JSONResponse(_safe_body(exc.to_body()), status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        body = {"error": {"code": "invalid_input", "message": problems, "details": _jsonable(exc.errors())}}
-        return JSONResponse(body, status_code=422)
+        body = {"error": {"code": "invalid_input", "message": problems, "details": exc.errors()}}
+        return JSONResponse(_safe_body(body), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -58,5 +59,32 @@ def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
     return allowed
 
 
-def _jsonable(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: (v if isinstance(v, (str, int, float, list, dict, type(None))) else str(v)) for k, v in e.items()} for e in errors]
+def _safe_body(body: dict[str, Any]) -> dict[str, Any]:
+    """An error body that JSON can always carry, whatever input it echoes.
+
+    Validation details repeat the offending input and carry exception objects (``ctx.error``); an
+    error about a NaN, a 1e400 or a lone surrogate once failed to serialise and became a 500
+    instead of the 4xx it was. Strict JSON parsing (app/api/strict_json.py) keeps most such values
+    out; this is the net for the rest (form fields, query strings).
+    """
+    try:
+        return _jsonable(body)
+    except RecursionError:  # the echoed input nests deeper than a recursive walk can go
+        error = dict(body["error"])
+        error["details"] = None
+        return {"error": _jsonable(error)}
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)  # JSON has no NaN or Infinity
+    if isinstance(value, str):
+        # a lone surrogate cannot be encoded as UTF-8: escape it (\ud800) rather than fail
+        return value if value.isascii() else value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {str(_jsonable(k)): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return _jsonable(str(value))  # exception objects (ctx.error), bytes, ...

@@ -9,9 +9,21 @@ from pydantic import BaseModel, ConfigDict, Field
 Mode = Literal["binary", "float", "two_stage"]
 ItemDistance = Literal["mean", "min"]
 
+# Every number a request carries is bounded here (or by a Query(...) of its route), so an
+# out-of-range value is a 422 in the one error shape before it reaches the catalog or an index.
+# Bounds that are settings (k <= limits.max_k, limit <= limits.max_page_size) are checked where the
+# settings are known and written into the served document by app/api/limit_docs.py.
+#
+# The largest page offset: SQLite and PostgreSQL hold 64-bit integers (2**63 - 1 overflowed the
+# catalog with a 500); 2**53 - 1 is also the largest integer a JavaScript client holds exactly, and
+# far past the last item of any collection.
+MAX_OFFSET = 2**53 - 1
+# Request floats are finite: JSON has no NaN or Infinity, and a form field such as max_distance=inf
+# or window_s=nan must be refused, not stored or searched with (allow_inf_nan=False).
+
 
 class CollectionCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     # the pattern is documented here and checked by Services.create_collection (NAME_PATTERN)
     name: str = Field(description="1-64 letters, digits, '_', '-', '.'",
@@ -67,13 +79,13 @@ class ItemsIn(BaseModel):
 class SearchRequest(BaseModel):
     """Search parameters; exactly one of item_id / text in JSON, or a `file` part in multipart."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     item_id: str | None = None
     # the longest text is a setting (limits.max_text_chars), checked by the query use case
     text: str | None = Field(None, min_length=1, description="A sentence (image collections); at most limits.max_text_chars (default 2000)")
     content_base64: str | None = None
-    k: int = Field(10, ge=1)
+    k: int = Field(10, ge=1, description="Results to return, at most limits.max_k (default 1000)")
     mode: Mode = "two_stage"
     oversample: int | None = Field(None, ge=1, le=1000)
     filter: dict[str, Any] = Field(default_factory=dict, description="metadata equality: every key must match")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
@@ -12,16 +11,13 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 from starlette.datastructures import UploadFile
 
+from app.api import strict_json
 from app.errors import BadRequest, InvalidInput
 from app.media.decode import Upload
 
 
 async def read_json(request: Request) -> Any:
-    body = await request.body()
-    try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"the body is not valid JSON: {exc}") from exc
+    return strict_json.loads(await request.body())  # no NaN, lone surrogates, ... (app/api/strict_json.py)
 
 
 def decode_base64(value: str, what: str) -> bytes:
@@ -113,10 +109,7 @@ def _form_ids(raw: Any, n: int) -> list[str | None]:
 def _form_metadata(raw: Any, n: int) -> list[dict[str, Any]]:
     if raw is None or raw == "":
         return [{} for _ in range(n)]
-    try:
-        value = json.loads(str(raw))
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"'metadata' is not valid JSON: {exc}") from exc
+    value = strict_json.loads(str(raw), "'metadata'")
     if isinstance(value, dict) and n == 1:
         value = [value]
     if not isinstance(value, list) or len(value) != n or not all(isinstance(v, dict) for v in value):
@@ -131,10 +124,7 @@ def form_fields(form: Any, fields: set[str]) -> dict[str, Any]:
         if isinstance(value, UploadFile) or key not in fields:
             continue
         if key == "filter":
-            try:
-                value = json.loads(value) if value else {}
-            except json.JSONDecodeError as exc:
-                raise BadRequest(f"'filter' is not valid JSON: {exc}") from exc
+            value = strict_json.loads(value, "'filter'") if value else {}
         data[key] = value
     unknown = {k for k, v in form.multi_items() if not isinstance(v, UploadFile)} - fields
     if unknown:

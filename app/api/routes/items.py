@@ -8,6 +8,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from app.api.body_docs import INGEST_BODY, INGEST_RESPONSES
 from app.api.deps import JobsDep, ServicesDep
 from app.api.error_docs import BODY, V1, WRITE_503, error_responses
+from app.api.schemas import MAX_OFFSET
 from app.api.uploads import ingest_uploads
 from app.errors import InvalidInput, NotFound
 from app.usecases.ingest import ingest
@@ -51,7 +52,7 @@ def list_items(
     name: str,
     services: ServicesDep,
     limit: int = Query(50, ge=1, description="Page size, at most limits.max_page_size (default 1000)"),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET, description="Items to skip (at most 2**53 - 1)"),
 ) -> dict:
     services.state(name)
     if limit > services.settings.limits.max_page_size:

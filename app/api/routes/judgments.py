@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.deps import ServicesDep
 from app.api.error_docs import BODY, V1, WRITE_503, error_responses
-from app.usecases.judging import JudgmentStore
+from app.api.strict_json import StrictJSONRoute
+from app.usecases.judging import QID_MAX, JudgmentStore
 
-router = APIRouter(tags=["judgments"])
+# FastAPI parses this router's model bodies: strictly (no NaN, no lone surrogates; app/api/strict_json.py)
+router = APIRouter(tags=["judgments"], route_class=StrictJSONRoute)
 
 
 def get_store(services: ServicesDep) -> JudgmentStore:
@@ -27,26 +30,56 @@ def get_store(services: ServicesDep) -> JudgmentStore:
 StoreDep = Annotated[JudgmentStore, Depends(get_store)]
 
 
+# A query id is the first column of the qrels and run files (app/usecases/judging.py): no whitespace,
+# which would split it, and no leading '#', which their readers skip as a comment line (a judgment
+# acknowledged and then never read back). check_qid also refuses non-printable characters (422).
+QID_PATTERN = r"^[^\s#]\S*$"
+# the configuration name is a run file's name (check_system: the same rule)
+SYSTEM_PATTERN = r"^[A-Za-z0-9_.-]{1,40}$"
+
+
+def _qid(**extra: Any) -> Any:
+    return Field(min_length=1, max_length=QID_MAX, pattern=QID_PATTERN, **extra)
+
+
 class JudgmentCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    qid: str = Field(description="Query id without spaces, e.g. 'item:chirp-up-1' or 'text:red%20circle'")
-    doc: str = Field(description="The judged item's id")
+    qid: str = _qid(description="Query id without spaces, e.g. 'item:chirp-up-1' or 'text:red%20circle'")
+    doc: str = Field(min_length=1, description="The judged item's id")
     grade: int = Field(ge=0, le=2, description="0 not relevant, 1 partly relevant, 2 relevant")
     query: str | None = Field(None, max_length=2000, description="Human-readable description of the query")
 
 
 class RankedDoc(BaseModel):
-    id: str
-    score: float
+    # no NaN or infinity: the run file's reader refuses a NaN score, so one stored broke every
+    # later read of the file; strict JSON (app/api/strict_json.py) refuses the literals too
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    id: str = Field(min_length=1, description="An item id (any characters; whitespace is escaped in the run file)")
+    score: float = Field(description="Higher is better; ties are broken by the order given")
 
 
 class RunsCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    qid: str
+    qid: str = _qid()
     query: str | None = Field(None, max_length=2000)
-    runs: dict[str, list[RankedDoc]] = Field(min_length=1, description="configuration name -> ranked results, best first")
+    runs: dict[Annotated[str, Field(pattern=SYSTEM_PATTERN)], list[RankedDoc]] = Field(
+        min_length=1, description="configuration name (1-40 letters, digits, '_', '-', '.') -> ranked results, best first",
+        json_schema_extra={"additionalProperties": False})  # only names matching the pattern
+
+    @field_validator("runs")
+    @classmethod
+    def _one_rank_per_item(cls, runs: dict[str, list[RankedDoc]]) -> dict[str, list[RankedDoc]]:
+        # a run file lists an item once per query; a repeat was written, then refused by every
+        # later read of the file (500s on runs and confidence until it was removed by hand)
+        for system, docs in runs.items():
+            counts = Counter(d.id for d in docs)
+            if len(counts) != len(docs):
+                repeated = sorted(i for i, n in counts.items() if n > 1)[:5]
+                raise ValueError(f"configuration {system!r} ranks {repeated} more than once; rank each item once")
+        return runs
 
 
 @router.post("/collections/{name}/judgments", responses=error_responses(*V1, *BODY, 404, 507, e503=WRITE_503))
