@@ -31,6 +31,7 @@ $(BIN)/activate:
 $(VENV)/.installed: pyproject.toml $(LOCK) | $(BIN)/activate
 	$(BIN)/pip install -q -c $(LOCK) torch $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	$(BIN)/pip install -q -c $(LOCK) -e '.[test,cluster]'
+	$(BIN)/pip install -q -c $(LOCK) --no-deps aisfx  # aiSFX's reference module for the parity test; its pins (numpy 1.23) would break the venv
 	touch $@
 
 # the venv alone; serve and test check their system packages before it

@@ -91,15 +91,19 @@ class LogSpectrogram(FilterbankSpectrogram):
 def build_features(spec: dict[str, Any]) -> torch.nn.Module:
     """The feature frontend described by a checkpoint's ``features`` dict.
 
-    ``{"kind": "logspec", ...LogSpectrogram kwargs}``, ``{"kind": "logmel", ...LogMel kwargs}`` or
-    ``{"kind": "texture", ...TextureStats kwargs}``.
+    ``{"kind": "logspec", ...LogSpectrogram kwargs}``, ``{"kind": "logmel", ...LogMel kwargs}``,
+    ``{"kind": "texture", ...TextureStats kwargs}`` or ``{"kind": "speech-embedding", "pad_s": s}``
+    (Google's pretrained speech_embedding frames, app/features/pretrained).
 
     Raises:
         ValueError: unknown kind or arguments the frontend does not take.
     """
     kwargs = dict(spec)
     kind = kwargs.pop("kind", None)
-    frontends: dict[str, type[torch.nn.Module]] = {"logspec": LogSpectrogram, "logmel": LogMel, "texture": TextureStats}
+    from app.features.pretrained.speech_embedding import SpeechEmbeddingFeatures
+
+    frontends: dict[str, type[torch.nn.Module]] = {"logspec": LogSpectrogram, "logmel": LogMel, "texture": TextureStats,
+                                                   "speech-embedding": SpeechEmbeddingFeatures}
     if kind not in frontends:
         raise ValueError(f"unknown feature kind {kind!r}; known: {sorted(frontends)}")
     try:

@@ -31,6 +31,12 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--sample-rate", type=int, default=16000)
     p.add_argument("--window", type=float, default=1.0, help="analysis window in seconds")
     p.add_argument("--hop", type=float, default=0.25, help="default hop over long recordings in seconds")
+    p.add_argument("--frontend", metavar="speech-embedding[:PAD_S]",
+                   help="attn-hash: train on a frozen pretrained front-end's frames instead of log-mel: Google's "
+                        "speech_embedding (app/features/pretrained), the window widened by PAD_S s of silence")
+    p.add_argument("--bank-copies", type=int, default=0,
+                   help="with a frozen --frontend: embed this many augmented windows per training clip once and "
+                        "train on them (0: run the front-end at every step)")
     p.add_argument("--hidden", type=int, default=128, help="attn-hash BLSTM units per direction")
     p.add_argument("--heads", type=int, default=5)
     p.add_argument("--d-a", type=int, default=64)
@@ -136,6 +142,16 @@ def run_texture(args: argparse.Namespace) -> int:
     return 0
 
 
+def frontend_features(spec: str | None) -> dict | None:
+    """``--frontend speech-embedding[:PAD_S]`` -> the checkpoint's ``features`` dict (None: the paper's log-mel)."""
+    if not spec:
+        return None
+    kind, _, pad = spec.partition(":")
+    if kind != "speech-embedding":
+        raise SystemExit(f"recall train audio: error: --frontend {spec!r}: known front-ends: speech-embedding[:PAD_S]")
+    return {"kind": kind, "pad_s": float(pad or 0.0)}
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -153,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         mining=args.mining, augment=args.augment, spec_augment=args.spec_augment,
         channel_augment=args.channel_augment, cache_dir=args.cache_dir or None, threads=args.threads,
         device=args.device, description=args.description, extra_manifests=args.extra_manifests, init_from=args.init_from,
-        command=_command(args),
+        command=_command(args), features=frontend_features(args.frontend), bank_copies=args.bank_copies,
     )
     try:
         trainer = Trainer(cfg)

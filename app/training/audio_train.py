@@ -87,6 +87,9 @@ class TrainConfig:
     command: str = ""
     extra_manifests: list[str] = field(default_factory=list)  # training-only extra data (e.g. synth_speech)
     init_from: str | None = None  # checkpoint directory whose weights start the run (fine-tuning)
+    # a frozen pretrained front-end (features with no trainable weights): embed this many augmented
+    # windows of each training clip once, and draw each batch's features from them (0: every step anew)
+    bank_copies: int = 0
 
     def __post_init__(self) -> None:
         if not (8 <= self.bits <= 2048 and self.bits % 8 == 0):
@@ -205,6 +208,7 @@ class Trainer:
         self.augment = AugmentConfig() if cfg.augment else AugmentConfig(0.0, 0.0, 0.0, (0, 0), (0, 0), 0.0, (1, 1))
         if cfg.augment and cfg.channel_augment:
             self.augment = dataclasses.replace(self.augment, **CHANNEL_AUGMENT)
+        self.bank = self._feature_bank(cfg.bank_copies) if cfg.bank_copies > 0 else None
         self.out = Path(cfg.out)
         self.state_path = self.out / "train_state.pt"
         self.epoch, self.best, self.bad_epochs, self.history = 0, -1.0, 0, []
@@ -228,6 +232,31 @@ class Trainer:
                    for i in indices]
         return torch.from_numpy(np.stack(windows)).to(self.cfg.device)
 
+    def _feature_bank(self, copies: int) -> torch.Tensor:
+        """(clips, copies, frames, bins) features of augmented training windows, computed once.
+
+        Why: a frozen pretrained front-end (app/features/pretrained) costs ~100x the head it feeds, and
+        its output for a given window never changes, so computing it at every step would spend the run
+        on the same arithmetic. The augmentation still varies: each clip gets ``copies`` independent draws.
+        """
+        from tqdm import tqdm
+
+        if any(p.requires_grad for p in self.features.parameters()):
+            raise ValueError("a feature bank needs a frozen front-end; these features have trainable weights")
+        out = []
+        with torch.inference_mode():
+            for start in tqdm(range(0, len(self.train_waves), 64), desc="feature bank", unit="batch", leave=False):
+                rows = np.arange(start, min(start + 64, len(self.train_waves)))
+                per_copy = [self.features(self._train_windows(rows)) for _ in range(copies)]
+                out.append(torch.stack(per_copy, dim=1))
+        return torch.cat(out)
+
+    def _train_features(self, indices: np.ndarray) -> torch.Tensor:
+        if self.bank is None:
+            return self.features(self._train_windows(indices))
+        copy = torch.from_numpy(self.rng.integers(self.bank.shape[1], size=len(indices)))
+        return self.bank[torch.from_numpy(indices), copy].to(self.cfg.device)
+
     def step_loss(self) -> dict[str, torch.Tensor]:
         """Loss terms of one freshly sampled batch (the network is in train mode)."""
         cfg = self.cfg
@@ -244,7 +273,7 @@ class Trainer:
         ramp = min(1.0, self.epoch / cfg.quant_warmup) if cfg.quant_warmup > 0 else 1.0
         self.weights = HashLossWeights(cfg.alpha, cfg.beta, cfg.gamma * ramp, cfg.margin)
         rows = triplet_batch(self.index, cfg.batch_size, self.rng)
-        feats = self.features(self._train_windows(rows.T.ravel()))
+        feats = self._train_features(rows.T.ravel())
         if cfg.spec_augment:
             feats = mask_features(feats, self.net.input_mean, self.rng, MaskConfig())
         values, attention = self.net(feats)

