@@ -57,6 +57,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             services.loaded = True
 
         loading = None
+        # cluster mode: /readyz answers 503 while the Ray head cannot be reached (app/cluster/head_watch.py)
+        watch = _watch_ray_head(services) if settings.ray_address else None
         try:
             if settings.background_start:
                 loading = asyncio.get_running_loop().create_task(start())
@@ -67,6 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             if loading is not None and not loading.done():
                 loading.cancel()
+            if watch is not None:
+                watch.cancel()
             await jobs.stop()
             await services.stop()
 
@@ -117,6 +121,12 @@ def _report_failure(services: Services) -> Any:
             services.not_ready = [f"startup failed: {task.exception()}"]
 
     return done
+
+
+def _watch_ray_head(services: Services) -> asyncio.Task:
+    from app.cluster.head_watch import watch_head
+
+    return asyncio.get_running_loop().create_task(watch_head(services))
 
 
 def _mount_web(app: FastAPI) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -91,6 +91,28 @@ class ClusterSettings(BaseModel):
         description="An ingest job's runner renews its claim this often (x4); a job whose runner stayed silent this "
         "long (its process died) is taken over by another API process sharing the catalog.",
     )
+    ray_auth_token_file: Path | None = Field(
+        None,
+        description="With ray_address: file holding the Ray head's authentication token (the head's "
+        "RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token where it was started). A head finding a token starts with "
+        "token authentication on, and a process joining it by address sends none unless told: set this (or "
+        "ray_auth_token) on every API process. Unset, both: Ray's own RAY_AUTH_MODE/RAY_AUTH_TOKEN* apply.",
+    )
+    ray_auth_token: SecretStr | None = Field(
+        None, description="With ray_address: the Ray head's authentication token itself (prefer ray_auth_token_file).",
+    )
+    node_ip: str | None = Field(
+        None,
+        description="With ray_address: this machine's Ray node address, the --node-ip-address its Ray node (the head "
+        "on one machine) was started with; unset, Ray picks the address of the default route. A loopback address "
+        "(127.0.0.1) keeps Ray on loopback (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0; start the head with it too).",
+    )
+
+    @model_validator(mode="after")
+    def _one_token_source(self) -> "ClusterSettings":
+        if self.ray_auth_token is not None and self.ray_auth_token_file is not None:
+            raise ValueError("set RECALL_CLUSTER__RAY_AUTH_TOKEN_FILE or RECALL_CLUSTER__RAY_AUTH_TOKEN, not both")
+        return self
 
 
 class Settings(BaseSettings):

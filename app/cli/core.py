@@ -55,6 +55,17 @@ def serve_command(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in {"host": args.host, "port": args.port, "data_dir": args.data_dir}.items() if v is not None}
     # listen at once and load in the background: orchestrators see /healthz alive and /readyz 503 meanwhile
     settings = Settings(**{"background_start": True, **overrides})
+    if settings.ray_address:
+        from app.cluster.ray_connect import RayHeadUnavailable
+        from app.cluster.ray_runtime import ensure_ray
+
+        # join Ray before listening: a head that cannot be reached or refuses the token stops the
+        # start here with the setting to fix, instead of every request answering 500
+        try:
+            ensure_ray(settings.ray_address, settings.cluster)
+        except RayHeadUnavailable as exc:
+            print(f"recall serve: {exc}", file=sys.stderr)
+            return 2
     # one worker: the model, the batch queues and the index live in this process
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level, workers=1)
     return 0

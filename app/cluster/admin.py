@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 
+from app.cluster.ray_connect import RayHeadUnavailable
 from app.cluster.ray_runtime import NAMESPACE, ensure_ray
 from app.cluster.remote_index import RemoteCollectionIndex, actor_name, catalog_prefix
 from app.settings import Settings
@@ -60,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     if not settings.catalog_url or not settings.ray_address:
         parser.error("set RECALL_CATALOG_URL and RECALL_RAY_ADDRESS")
-    ensure_ray(settings.ray_address)
+    try:
+        ensure_ray(settings.ray_address, settings.cluster)
+    except RayHeadUnavailable as exc:
+        parser.exit(2, f"{parser.prog}: {exc}\n")
     if args.command == "status":
         print(json.dumps({"actors": _shard_actors(settings.catalog_url)}, indent=2))
     else:

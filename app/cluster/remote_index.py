@@ -68,7 +68,7 @@ class RemoteCollectionIndex:
 
         from app.cluster.shard_actor import ShardActor
 
-        ensure_ray(settings.ray_address)
+        ensure_ray(settings.ray_address, settings.cluster)
         count = settings.index_shards
         remote = ray.remote(ShardActor)
         actors = [
