@@ -133,6 +133,16 @@ def test_converter_refuses_a_file_with_another_sha256(tmp_path, monkeypatch):
         convert.source_file("checkpoint.pth")
 
 
+def test_cached_frontend_is_converted_on_first_use(tmp_path, monkeypatch):
+    from app.features import pretrained
+
+    monkeypatch.setenv("RECALL_FRONTENDS_CACHE", str(tmp_path))
+    state, config = pretrained.read_frontend("aisfx")
+    assert (tmp_path / "aisfx" / "weights.safetensors").is_file()
+    assert config["converted_from"]["checkpoint.pth"] == SOURCES["checkpoint.pth"][2]
+    assert "net.conv_block1.conv1.weight" in state
+
+
 def test_missing_converted_weights_say_how_to_make_them(tmp_path):
     with pytest.raises(FrontEndError, match="app.features.pretrained.convert"):
         read_frontend("speech-embedding", root=tmp_path)

