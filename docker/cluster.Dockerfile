@@ -4,5 +4,6 @@
 FROM recall:latest
 USER root
 RUN pip install --no-cache-dir -c /app/requirements.lock 'psycopg[binary]>=3.2' 'ray>=2.40' \
-    || pip install --no-cache-dir 'psycopg[binary]>=3.2' 'ray>=2.40'
+    || pip install --no-cache-dir 'psycopg[binary]>=3.2' 'ray>=2.40' \
+    && chmod 0755 /app/docker/ray-node-serve.sh
 USER recall

@@ -153,13 +153,21 @@ def init_ray(address: str, cluster: ClusterSettings, namespace: str) -> None:
         raise RayHeadUnavailable(_init_failed(address, cluster, exc)) from exc
 
 
-def _init_failed(address: str, cluster: ClusterSettings, exc: Exception) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if "No node info found" in text:
+def _init_failed(address: str, cluster: ClusterSettings, exc: BaseException) -> str:
+    causes: list[str] = []
+    while exc is not None and len(causes) < 5:  # ray.init wraps the cause in "Failed to connect to Ray cluster"
+        causes.append(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        exc = exc.__cause__ or exc.__context__
+    if any("No node info found" in text for text in causes):
         # a driver attaches to a Ray node on its own machine; none has the address it looked for
         where = f"RECALL_CLUSTER__NODE_IP={cluster.node_ip!r}" if cluster.node_ip else "this machine's address"
         return (f"joined the Ray cluster at RECALL_RAY_ADDRESS={address!r} but found no Ray node of it on this "
-                f"machine at {where}: run `ray start --address=<head>` here first (an API process must run on a Ray "
-                "node), or set RECALL_CLUSTER__NODE_IP to the --node-ip-address that node was started with")
-    return f"cannot join the Ray cluster at RECALL_RAY_ADDRESS={address!r}: {text} (check it, RECALL_CLUSTER__NODE_IP and {TOKEN_SETTINGS})"
-
+                f"machine at {where}: an API process must run on a Ray node, so run `ray start --address=<head>` "
+                "here first, or set RECALL_CLUSTER__NODE_IP to the --node-ip-address this machine's node was started with")
+    target = head_host_port(address)
+    hint = ""
+    if target is not None and is_loopback(target[0]) and not (cluster.node_ip and is_loopback(cluster.node_ip)):
+        hint = ("; Ray dials a 127.0.0.1 head at this machine's address: a head started with "
+                "--node-ip-address=127.0.0.1 and RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 also needs RECALL_CLUSTER__NODE_IP=127.0.0.1")
+    return (f"cannot join the Ray cluster at RECALL_RAY_ADDRESS={address!r}: {': '.join(causes)} "
+            f"(check it, RECALL_CLUSTER__NODE_IP and {TOKEN_SETTINGS}){hint}")
