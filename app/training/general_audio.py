@@ -174,6 +174,12 @@ def run(args: argparse.Namespace) -> int:
         return run_recipe(args, getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:],
                           parse_args, run)
     data, work = Path(args.data).resolve(), Path(args.work)  # manifests hold absolute paths
+    if args.speech_swap_into:  # version 6: a new speech branch beside an existing sounds branch and router
+        from app.training.speech_swap import swap_speech
+
+        if not args.speech_from:
+            raise SystemExit("--speech-swap-into needs --speech-from (the new speech branch)")
+        return swap_speech(args)
     one_step(args)
     if args.views_from or args.router_from or args.speech_soup:  # nothing trained, see general_audio_posthoc
         if args.speech_soup:
@@ -259,6 +265,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--retrain", action="store_true", help="train the branches again even if --work has them")
     p.add_argument("--speech-from", metavar="CHECKPOINT_DIR",
                    help="use this attn-hash checkpoint as the speech branch instead of training one")
+    p.add_argument("--speech-swap-into", metavar="CHECKPOINT_DIR",
+                   help="train nothing: this routed-fusion checkpoint's sounds branch and router with --speech-from as "
+                        "the speech branch (its speech views, fitted to the old speech branch, are dropped): version 6")
     p.add_argument("--speech-init", metavar="CHECKPOINT_DIR",
                    help="fine-tune the speech branch from this attn-hash checkpoint (all Arabic keywords, "
                         "English digits from real and synthetic voices) instead of training it from scratch")

@@ -126,3 +126,28 @@ def test_channel_augment_turns_on_the_equaliser_and_room_only_with_augmentation(
     assert Trainer(_config(manifest, tmp_path / "b", "attn-hash")).augment.eq_prob == 0.0
     off = Trainer(_config(manifest, tmp_path / "c", "attn-hash", augment=False, channel_augment=True))
     assert (off.augment.eq_prob, off.augment.reverb_prob, off.augment.noise_prob) == (0.0, 0.0, 0.0)
+
+
+def test_a_frozen_pretrained_frontend_trains_from_a_bank_of_augmented_windows(manifest: Path, tmp_path: Path) -> None:
+    """--frontend speech-embedding --bank-copies 2: the front-end runs once per clip and copy, then never in a step."""
+    torch.manual_seed(0)
+    out = tmp_path / "ck"
+    trainer = Trainer(_config(manifest, out, "attn-hash", window_s=1.0, hop_s=0.5, bank_copies=2, sample_rate=16000,
+                              features={"kind": "speech-embedding", "pad_s": 0.4}))
+    # each training clip twice; a 1 s window widened by 0.4 s gives 8 frames of 96
+    assert trainer.bank.shape == (len(trainer.train_waves), 2, 8, 96)
+    assert not torch.equal(trainer.bank[:, 0], trainer.bank[:, 1])  # independent augmentations
+    frontend_calls = []
+    original = trainer.features.forward
+    trainer.features.forward = lambda wave: frontend_calls.append(len(wave)) or original(wave)
+    before = _loss_on_fixed_batch(trainer)
+    _train_steps(trainer, 30)
+    assert frontend_calls == []  # every batch came from the bank
+    assert _loss_on_fixed_batch(trainer) < 0.8 * before
+    trainer.features.forward = original
+    trainer.run()
+    encoder = create_encoder("tiny-attn-hash", discover([out]))
+    emb = check_embeddings(encoder.encode([np.zeros(4000, np.float32), np.ones(16000, np.float32) * 0.1]), n=2, dim=16, bits=16)
+    assert json.loads((out / "config.json").read_text())["features"] == {"kind": "speech-embedding", "pad_s": 0.4}
+    assert emb.floats.shape == (2, 16)
+

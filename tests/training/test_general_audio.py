@@ -317,3 +317,51 @@ def test_soup_recipe_runs_the_whole_chain_in_one_command(data: Path, tmp_path: P
         if value.is_floating_point() and not key.startswith("hash_norm."):
             torch.testing.assert_close(value, (a[key] + b[key]) / 2)
     assert load_checkpoint_dir(out).encode(_voice_and_hiss()).codes.shape[0] == 2
+
+
+@pytest.fixture(scope="module")
+def pretrained_speech_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny attn-hash head on speech_embedding frames at the service rate (version 6's speech branch, untrained)."""
+    torch.manual_seed(0)
+    cfg = TrainConfig(manifest="unused.csv", model="attn-hash", out="unused", name="tiny-pretrained", bits=32,
+                      sample_rate=RATE, window_s=1.0, hop_s=0.5, hidden=8, heads=2, d_a=6,
+                      features={"kind": "speech-embedding", "pad_s": 0.0},
+                      holdout=["00000001"], extra_manifests=["fsdd-train.csv"])
+    config = model_config(cfg)
+    _, net = build_model(config)
+    return save_checkpoint(tmp_path_factory.mktemp("pretrained") / "tiny-pretrained", net.state_dict(), config)
+
+
+@pytest.mark.system("espeak-ng")
+def test_speech_swap_keeps_the_sounds_branch_and_router_and_drops_the_old_views(
+        built: tuple[Path, list[str], Path], data: Path, pretrained_speech_checkpoint: Path, tmp_path: Path) -> None:
+    source, _, _ = built
+    with_views = tmp_path / "with-views"  # the old speech branch's views must not survive the swap
+    assert general_audio.main(["--data", str(data), "--views-from", str(source), "--whiten-eps", "0.3",
+                               "--mfcc-bits", "8", "--out", str(with_views), "--version", "5"]) == 0
+    out = tmp_path / "v6"
+    argv = ["--data", str(data), "--speech-from", str(pretrained_speech_checkpoint), "--speech-swap-into", str(with_views),
+            "--out", str(out), "--version", "6"]
+    assert general_audio.main(argv) == 0
+
+    assert _files(out / "sounds") == _files(with_views / "sounds")  # byte for byte
+    assert _files(out / "speech") == _files(pretrained_speech_checkpoint)
+    old_state, new_state = load_checkpoint(with_views)[0], load_checkpoint(out)[0]
+    assert sorted(new_state) == ["bias", "mean", "scale", "weight"]  # the router alone: no views.*
+    for key in new_state:
+        assert torch.equal(old_state[key], new_state[key]), key
+    config = json.loads((out / "config.json").read_text())
+    assert config["version"] == "6" and "speech_views" not in config
+    assert config["holdout"]["asc_speakers"] == ["00000001"]
+    assert config["holdout"]["fsdd_words"] == list(general_audio.FSDD_HOLDOUT_WORDS)  # the extra FSDD manifest held them out
+    assert config["speech_swap"]["sounds_and_router_from"]["version"] == "5"
+    assert config["reproduce"]["train"] == "recall train general-audio " + " ".join(argv)
+
+    old, new = load_checkpoint_dir(with_views), load_checkpoint_dir(out)
+    waves = _voice_and_hiss()
+    assert np.array_equal(old.speech_probability(waves), new.speech_probability(waves))  # routes exactly as before
+    assert (new.bits, new.dim) == (32 + 256, 32 + 256)
+    bits = np.unpackbits(new.encode(waves).codes, axis=1, bitorder="little")
+    assert bits[0, 32:].sum() == 0 and bits[1, :32].sum() == 0
+    with pytest.raises(SystemExit, match="--speech-from"):
+        general_audio.main(["--data", str(data), "--speech-swap-into", str(with_views), "--out", str(tmp_path / "x")])

@@ -1,0 +1,66 @@
+"""``recall train general-audio --speech-from NEW --speech-swap-into SOURCE``: a new speech branch, nothing else retrained.
+
+Version 6 of ``general-audio`` keeps version 5's sounds branch and router and replaces the speech
+branch by one trained on Google's pretrained speech_embedding frames (app/features/pretrained). The
+router reads the sounds branch's texture statistics only, so it routes exactly as before; the speech
+views of versions 3-5 were fitted to the old speech branch's float and are dropped with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from app.encoders.checkpoint import load_checkpoint, read_config
+from app.encoders.routed_fusion import Router
+from app.encoders.speech_views import PREFIX as VIEWS_PREFIX
+from app.training.general_audio import ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS, FSDD_HOLDOUT_WORDS
+from app.training.general_audio_posthoc import _config_update
+from app.training.router_fit import assemble
+
+# what the source config says about its old speech branch: not true of the new one
+OLD_SPEECH_KEYS = ("speech_views", "speech_soup", "router_from", "views_from")
+
+
+def new_speech_holdout(speech: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
+    """What the fused encoder never trained on: the speech branch's held-out speakers (its --holdout, ASC
+    speaker ids), the FSDD speakers and digit words its extra manifest left out, the source's sound classes."""
+    training = speech.get("training", {})
+    extra = " ".join(training.get("extra_manifests", []))
+    return {"asc_speakers": list(training.get("holdout", [])), "asc_words": [],
+            "fsdd_speakers": list(FSDD_HOLDOUT_SPEAKERS), "fsdd_words": list(FSDD_HOLDOUT_WORDS) if extra else [],
+            "esc_classes": list(source.get("holdout", {}).get("esc_classes", ESC_HOLDOUT_CLASSES))}
+
+
+def swap_speech(args: argparse.Namespace) -> int:
+    source, speech_dir = Path(args.speech_swap_into), Path(args.speech_from)
+    state, source_config = load_checkpoint(source)
+    speech_config = read_config(speech_dir)
+    if speech_config.get("modality") != "audio" or speech_config.get("sample_rate") != source_config["sample_rate"]:
+        raise SystemExit(f"{speech_dir}: the speech branch must be an audio checkpoint at {source_config['sample_rate']} Hz")
+    router_state = {k: v for k, v in state.items() if not k.startswith(VIEWS_PREFIX)}
+    router = Router(int(router_state["mean"].numel()))
+    router.load_state_dict(router_state, strict=True)
+    config = {k: v for k, v in source_config.items() if k not in (*OLD_SPEECH_KEYS, "family", "format_version")}
+    config["holdout"] = new_speech_holdout(speech_config, source_config)
+    config["speech_swap"] = {"sounds_and_router_from": {"path": str(source), "version": source_config.get("version")},
+                             "speech_from": {"path": str(speech_dir), "train": speech_config.get("training", {}).get("command")}}
+    config.update(_config_update(args, "seconds: no network is trained; the speech branch's own command is in "
+                                 "speech/config.json (training.command)", source, None))
+    if not args.description:
+        config["description"] = ("the default for audio: speech in any language and everyday sounds; Google's pretrained "
+                                 "speech_embedding with a paper-004 head (BLSTM, attentive pooling, tanh hash) for speech and "
+                                 "a sound-texture model for sounds, joined by a learned speech/non-speech router into one "
+                                 "512-bit code")
+    metrics = {"speech_branch": {k: v for k, v in read_metrics(speech_dir).items() if k != "history"}}
+    out = assemble(args.out, speech_dir, source / "sounds", router, config, metrics)
+    print(f"speech branch {speech_dir} with {source}'s sounds branch and router -> {out}")
+    return 0
+
+
+def read_metrics(directory: Path) -> dict[str, Any]:
+    import json
+
+    path = directory / "metrics.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
