@@ -25,7 +25,10 @@ from pathlib import Path
 
 from tests.cluster.serve import free_port
 
+# the venv's own `ray` (the same Ray as the API processes'), else whichever is on PATH
 RAY = Path(sys.executable).with_name("ray")
+if not RAY.is_file():
+    RAY = Path(shutil.which("ray") or RAY)
 STARTED = "Ray runtime started"
 
 
@@ -68,6 +71,7 @@ class RayHead:
             env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token_file))
         cmd = [str(RAY), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={self.port}",
                f"--temp-dir={self.root / 'ray'}", f"--num-cpus={self.cpus}", "--num-gpus=0",
+               "--object-store-memory=200000000",  # not Ray's 30% of RAM: the machine is shared
                "--include-dashboard=false", "--disable-usage-stats"]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,

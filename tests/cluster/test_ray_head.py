@@ -86,7 +86,7 @@ def test_two_api_processes_join_the_head_and_survive_a_sigkill(head, tmp_path, p
         a.kill()  # SIGKILL mid-stream
         stop.set()
         writer.join()
-        assert len(acknowledged) >= 5
+        assert 5 <= len(acknowledged) < len(clips)  # killed mid-stream
 
         # through B: every acknowledged item is listed, indexed, and found by its own clip
         listed = {i["id"] for i in httpx.get(f"{b.url}/v1/collections/w/items", params={"limit": 1000}).json()["data"]}
@@ -120,13 +120,11 @@ def test_serve_stops_at_start_when_the_head_refuses_its_token(head, tmp_path, pg
         ({**no_token, "RECALL_CLUSTER__RAY_AUTH_TOKEN_FILE": str(wrong)}, "refused the token in RECALL_CLUSTER__RAY_AUTH_TOKEN_FILE"),
         ({**no_token, "RECALL_CLUSTER__RAY_AUTH_TOKEN": "not-the-token"}, "refused the token in RECALL_CLUSTER__RAY_AUTH_TOKEN"),
     ]:
-        started = time.time()
         run = serve_exit(tmp_path / "data", pg_url, **env)
         assert run.returncode == 2, run.stderr[-3000:]
         message = run.stderr.strip().splitlines()[-1]
         assert message.startswith("recall serve: the Ray head at ") and said in message, message
         assert "RECALL_CLUSTER__RAY_AUTH_TOKEN_FILE" in message and "Traceback" not in run.stderr
-        assert time.time() - started < 60  # found by the token check, not after ray.init's 20 s of retries
 
 
 def test_serve_stops_at_start_when_the_head_cannot_be_reached(tmp_path, pg_url):
@@ -136,6 +134,24 @@ def test_serve_stops_at_start_when_the_head_cannot_be_reached(tmp_path, pg_url):
     message = run.stderr.strip().splitlines()[-1]
     assert message.startswith(f"recall serve: cannot reach the Ray head at 127.0.0.1:{port}"), message
     assert f"RECALL_RAY_ADDRESS='127.0.0.1:{port}'" in message and "Traceback" not in run.stderr
+
+
+def test_serve_stops_at_start_when_the_token_file_cannot_be_read(tmp_path, pg_url):
+    # checked before Ray reads it: Ray aborts the process on an unreadable RAY_AUTH_TOKEN_PATH
+    missing = tmp_path / "no_such_token"
+    run = serve_exit(tmp_path / "data", pg_url, RECALL_RAY_ADDRESS=f"127.0.0.1:{free_port()}",
+                     RECALL_CLUSTER__RAY_AUTH_TOKEN_FILE=str(missing))
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert run.stderr.strip().splitlines()[-1] == (
+        f"recall serve: RECALL_CLUSTER__RAY_AUTH_TOKEN_FILE={str(missing)!r} cannot be read (No such file or directory); "
+        "point it at the file holding the Ray head's token")
+
+
+def test_one_token_source_at_a_time():
+    from app.settings import ClusterSettings
+
+    with pytest.raises(ValueError, match="not both"):
+        ClusterSettings(ray_auth_token="a", ray_auth_token_file="/b")
 
 
 def test_readyz_is_not_ready_once_the_head_is_lost(tmp_path, pg_url):
