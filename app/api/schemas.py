@@ -20,10 +20,14 @@ ItemDistance = Literal["mean", "min"]
 MAX_OFFSET = 2**53 - 1
 # Request floats are finite: JSON has no NaN or Infinity, and a form field such as max_distance=inf
 # or window_s=nan must be refused, not stored or searched with (allow_inf_nan=False).
+#
+# JSON bodies are validated strictly (strict=True; SearchRequest per call, as its multipart form
+# sends every field as text): a number is a number, not "5" or false. Lax coercion took
+# {"score": false} as 0.0 and {"k": "5"} as 5, so the document's types were not the contract.
 
 
 class CollectionCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     # the pattern is documented here and checked by Services.create_collection (NAME_PATTERN)
     name: str = Field(description="1-64 letters, digits, '_', '-', '.'",
@@ -62,7 +66,7 @@ class CollectionsPublic(BaseModel):
 
 
 class ItemIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     id: str | None = None
     filename: str | None = None
@@ -71,7 +75,7 @@ class ItemIn(BaseModel):
 
 
 class ItemsIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     items: list[ItemIn] = Field(min_length=1)
 

@@ -27,9 +27,10 @@ def decode_base64(value: str, what: str) -> bytes:
         raise BadRequest(f"{what}: content_base64 is not valid base64 ({exc})") from exc
 
 
-def parse_model(model: type[BaseModel], data: Any, what: str) -> Any:
+def parse_model(model: type[BaseModel], data: Any, what: str, *, strict: bool | None = None) -> Any:
+    """``data`` as ``model`` (422 with every problem); ``strict=True`` for JSON, where types are exact."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=strict)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
         raise InvalidInput(f"{what}: {problems}", details=exc.errors(include_url=False, include_context=False)) from exc

@@ -19,6 +19,7 @@ an uploader can hold ``write`` alone and a dashboard ``read`` alone. Keys listed
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import json
@@ -26,9 +27,10 @@ import os
 import secrets
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 SCOPES = ("read", "write", "admin")
 PREFIX = "rk_"
@@ -77,6 +79,11 @@ class KeyFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        # Creating and revoking read, change and rewrite the whole file. Unserialised, two at once
+        # lost one of the changes (an acknowledged key missing) or raced on the temporary file (a
+        # 500, found by the fuzz: bench/fuzz.py). This lock serialises the threads of a process,
+        # the flock of _changing() the processes sharing the file (the CLI, cluster replicas).
+        self._write_lock = threading.Lock()
         self._stamp: tuple[int, int] | None = None
         self._records: dict[str, KeyRecord] = {}
 
@@ -117,23 +124,36 @@ class KeyFile:
             tmp.unlink(missing_ok=True)  # a full disk leaves the old file as it was, and no stray temporary
             raise
 
+    @contextmanager
+    def _changing(self) -> Iterator[dict[str, KeyRecord]]:
+        """The current records, read under the locks that keep out every other change until the write."""
+        with self._write_lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # a lock file beside the key file (which os.replace swaps, so it cannot carry the lock itself)
+            fd = os.open(self.path.with_name(f".{self.path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield dict(self._read()) if self.path.exists() else {}  # the file as it is now, not a cache
+            finally:
+                os.close(fd)  # releases the flock
+
     def create(self, scopes: Iterable[str] | str, name: str = "") -> tuple[str, KeyRecord]:
         """A new key: returns the key (shown once, never stored) and its stored record."""
         wanted = parse_scopes(scopes)
-        records = dict(self.records())
-        ident = secrets.token_hex(4)
-        while ident in records:
+        with self._changing() as records:
             ident = secrets.token_hex(4)
-        key = f"{PREFIX}{ident}_{secrets.token_urlsafe(32)}"
-        record = KeyRecord(ident, hash_key(key), wanted, name, time.time())
-        self._write([*records.values(), record])
+            while ident in records:
+                ident = secrets.token_hex(4)
+            key = f"{PREFIX}{ident}_{secrets.token_urlsafe(32)}"
+            record = KeyRecord(ident, hash_key(key), wanted, name, time.time())
+            self._write([*records.values(), record])
         return key, record
 
     def revoke(self, ident: str) -> bool:
-        records = dict(self.records())
-        if records.pop(ident, None) is None:
-            return False
-        self._write(records.values())
+        with self._changing() as records:
+            if records.pop(ident, None) is None:
+                return False
+            self._write(records.values())
         return True
 
 

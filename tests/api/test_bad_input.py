@@ -360,3 +360,37 @@ def test_the_document_carries_the_configured_limits(tmp_path):
     # another app of the same process keeps the defaults: the bounds are per app, not module data
     other = create_app(make_settings(tmp_path / "other")).openapi()["paths"]["/v1/collections/{name}/search"]
     assert other["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]["k"]["maximum"] == 1000
+
+
+# Lax coercion let the fuzz's schema-violating values through (negative_data_rejection): a boolean
+# as a score, a string as a count. A JSON body's types are the document's; only a multipart form,
+# which carries text, converts "5" to 5.
+WRONG_JSON_TYPES = [
+    ("/v1/collections/a/judgments/runs", {"qid": "q", "runs": {"a": [{"id": "keep.wav", "score": False}]}}),
+    ("/v1/collections/a/judgments/runs", {"qid": "q", "runs": {"a": [{"id": 7, "score": 1}]}}),
+    ("/v1/collections/a/judgments", {"qid": "q", "doc": "keep.wav", "grade": True}),
+    ("/v1/collections/a/judgments", {"qid": "q", "doc": "keep.wav", "grade": "2"}),
+    ("/v1/collections/a/search", {"item_id": "keep.wav", "k": "5"}),
+    ("/v1/collections/a/search", {"item_id": "keep.wav", "rerank": "yes"}),
+    ("/v1/collections/a/search", {"item_id": "keep.wav", "nms_iou": "0.5"}),
+    ("/v1/collections", {"name": "typed", "modality": "audio", "window_s": "1.0"}),
+    ("/v1/collections", {"name": "typed", "modality": "audio", "keep_media": 1}),
+    ("/v1/collections/a/items", {"items": [{"id": 5, "content_base64": base64.b64encode(tone_wav()).decode()}]}),
+]
+
+
+@pytest.mark.parametrize("path,body", WRONG_JSON_TYPES, ids=[f"{p.rsplit('/', 1)[-1]}-{sorted(b)[0]}-{n}" for n, (p, b) in enumerate(WRONG_JSON_TYPES)])
+def test_json_values_of_the_wrong_type_are_422(seeded, path, body):
+    before = _snapshot(seeded), _judge_state(seeded)
+    response = seeded.post(path, json=body)
+    assert response.status_code == 422, response.text
+    error_of(response)
+    assert (_snapshot(seeded), _judge_state(seeded)) == before
+
+
+def test_a_form_still_sends_numbers_as_text(seeded):
+    response = seeded.post("/v1/collections/a/search", files={"file": ("q.wav", tone_wav())},
+                           data={"k": "5", "nms_iou": "0.5", "rerank": "true"})
+    assert response.status_code == 200, response.text
+    # and JSON integers are fine where a float is documented
+    assert seeded.post("/v1/collections/a/search", json={"item_id": "keep.wav", "nms_iou": 1, "max_distance": 0}).status_code == 200

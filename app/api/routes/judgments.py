@@ -43,7 +43,7 @@ def _qid(**extra: Any) -> Any:
 
 
 class JudgmentCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON types as documented (app/api/schemas.py)
 
     qid: str = _qid(description="Query id without spaces, e.g. 'item:chirp-up-1' or 'text:red%20circle'")
     doc: str = Field(min_length=1, description="The judged item's id")
@@ -54,14 +54,14 @@ class JudgmentCreate(BaseModel):
 class RankedDoc(BaseModel):
     # no NaN or infinity: the run file's reader refuses a NaN score, so one stored broke every
     # later read of the file; strict JSON (app/api/strict_json.py) refuses the literals too
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     id: str = Field(min_length=1, description="An item id (any characters; whitespace is escaped in the run file)")
     score: float = Field(description="Higher is better; ties are broken by the order given")
 
 
 class RunsCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     qid: str = _qid()
     query: str | None = Field(None, max_length=2000)

@@ -26,7 +26,7 @@ WRITE_503 = "the key file's filesystem is read-only (code storage_read_only): no
 
 
 class KeyCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # JSON types as documented (app/api/schemas.py)
 
     scopes: list[Literal["read", "write", "admin"]] = Field(min_length=1, description="read, write and/or admin")
     name: str = Field("", max_length=200, description="A label, e.g. who holds the key")

@@ -32,7 +32,7 @@ async def search_collection(name: str, request: Request, services: ServicesDep) 
     announcement = services.encoders.expecting(state.collection.encoder_key) if kind == "multipart/form-data" else None
     try:
         if kind == "application/json":
-            params = parse_model(SearchRequest, await read_json(request), "search request")
+            params = parse_model(SearchRequest, await read_json(request), "search request", strict=True)
             if params.content_base64 is not None:
                 upload = Upload("query", decode_base64(params.content_base64, "search request"))
         elif kind == "multipart/form-data":
