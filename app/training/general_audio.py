@@ -168,12 +168,18 @@ def run(args: argparse.Namespace) -> int:
     from app.training.router_fit import assemble, fit_router, texture_statistics
 
     started = time.time()
+    if not args.out and not args.write_manifests:
+        raise SystemExit("recall train general-audio: error: --out is required")
     if args.soup_seeds:  # version 5's whole chain, one step after another (app/training/soup_recipe.py)
         from app.training.soup_recipe import run_recipe
 
         return run_recipe(args, getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:],
                           parse_args, run)
     data, work = Path(args.data).resolve(), Path(args.work)  # manifests hold absolute paths
+    if args.write_manifests:  # the training-side manifests alone, e.g. for `recall train audio --extra-manifest`
+        for corpus, path in training_manifests(data, work, args.without).items():
+            print(f"{corpus}: {path}")
+        return 0
     if args.speech_swap_into:  # version 6: a new speech branch beside an existing sounds branch and router
         from app.training.speech_swap import swap_speech
 
@@ -238,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("general-audio", help="train the default audio encoder (speech + sounds, routed fusion)")
     p.add_argument("--data", required=True, help="folder with asc/, fsdd/ and esc50/ (../shared/data)")
-    p.add_argument("--out", required=True, help="checkpoint directory to write")
+    p.add_argument("--out", help="checkpoint directory to write (required but with --write-manifests)")
     p.add_argument("--work", default=".gl/general-audio", help="intermediate files: synthetic speech, branches")
     p.add_argument("--name", help="encoder name (default: the out folder's name)")
     p.add_argument("--version", default="1", help="checkpoint version recorded by each collection that uses it")
@@ -265,6 +271,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--retrain", action="store_true", help="train the branches again even if --work has them")
     p.add_argument("--speech-from", metavar="CHECKPOINT_DIR",
                    help="use this attn-hash checkpoint as the speech branch instead of training one")
+    p.add_argument("--write-manifests", action="store_true",
+                   help="only write the training-side manifests (held-out speakers, words and classes removed) into "
+                        "--work and print their paths")
     p.add_argument("--speech-swap-into", metavar="CHECKPOINT_DIR",
                    help="train nothing: this routed-fusion checkpoint's sounds branch and router with --speech-from as "
                         "the speech branch (its speech views, fitted to the old speech branch, are dropped): version 6")
