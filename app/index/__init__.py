@@ -13,6 +13,10 @@ Usage (the catalog chooses ids; the index only caches its rows)::
     sims, ids = floats.search(query_vectors, k)       # float32 cosine, descending; -inf / PAD_ID pad
     exact = floats.score(query_vector, shortlist)     # two-stage re-rank of Hamming candidates
 
+    codes = AdaptiveBinaryIndex(256, spec=IndexSpec("ivf"))   # flat, plus an IVF once trained
+    codes.maybe_build()                               # background train + atomic swap (app.index.adaptive)
+    codes.search(query_codes, k, nprobe=64)           # IVF answers once built; exact before
+
 Pass many queries in one ``search`` call when they arrive together: a batch shares one scan.
 See :mod:`app.index.base` for the interface.
 """
@@ -20,9 +24,12 @@ See :mod:`app.index.base` for the interface.
 from app.index._hamming_kernels import warm_up as _warm_up_shared
 from app.index._hamming_select import warm_up as _warm_up_select
 from app.index._hamming_single import warm_up as _warm_up_single
+from app.index.adaptive import AdaptiveBinaryIndex
 from app.index.base import PAD_ID, DuplicateIdError, SnapshotError, VectorIndex
 from app.index.binary_index import HAMMING_PAD, BinaryIndex
 from app.index.float_index import FloatIndex, cosine_distance
+from app.index.ivf import BinaryIVF
+from app.index.kinds import IndexSpec
 
 
 def warm_up_hamming_kernels() -> None:
@@ -33,7 +40,10 @@ def warm_up_hamming_kernels() -> None:
 
 
 __all__ = [
+    "AdaptiveBinaryIndex",
+    "BinaryIVF",
     "HAMMING_PAD",
+    "IndexSpec",
     "PAD_ID",
     "BinaryIndex",
     "DuplicateIdError",

@@ -5,6 +5,12 @@ transaction commits. Snapshots are written atomically with the sequence number t
 opening a collection loads its snapshots and replays catalog rows with a newer sequence. A
 missing or corrupt snapshot, or an index whose ids disagree with the catalog afterwards, is
 rebuilt from the catalog, so a crash at any instant leaves nothing acknowledged unsearchable.
+
+The binary codes live in an :class:`~app.index.AdaptiveBinaryIndex`: the exact flat index always,
+plus an IVF when the collection's index kind asks for one (app/index/kinds.py). The IVF is trained
+on a background thread from the flat codes, which equal the catalog's at the applied sequence, and
+is snapshotted beside the flat snapshot with the same sequence; a missing or stale IVF snapshot is
+rebuilt the same way while the flat index answers.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from app.index import BinaryIndex, FloatIndex, SnapshotError
+from app.index import AdaptiveBinaryIndex, FloatIndex, SnapshotError
+from app.index.adaptive import ivf_path
 from app.storage.records import Collection, WriteResult
 
 Catalog = Any  # a CatalogProtocol (SQLite or PostgreSQL); kept loose to avoid an import cycle
@@ -27,12 +34,14 @@ log = logging.getLogger(__name__)
 class CollectionIndex:
     """Binary and/or float index of one collection plus its snapshot bookkeeping."""
 
-    def __init__(self, collection: Collection, directory: Path, shards: int, partition: tuple[int, int] | None = None) -> None:
+    def __init__(self, collection: Collection, directory: Path, shards: int, partition: tuple[int, int] | None = None,
+                 auto_windows: int = 0) -> None:
         self.collection = collection
         self.partition = partition  # (shard number, shard count): only the items hashing there (cluster shard actors)
         self.directory = directory
         self.shards = shards
-        self.binary: BinaryIndex | None = BinaryIndex(collection.bits, shards=shards) if "binary" in collection.index_kinds else None
+        self.auto_windows = auto_windows  # index.auto_ivf_windows: when an "auto" collection gets its IVF
+        self.binary: AdaptiveBinaryIndex | None = self._new_binary() if "binary" in collection.index_kinds else None
         self.float: FloatIndex | None = FloatIndex(collection.dim, shards=shards) if "float" in collection.index_kinds else None
         self.applied_seq = 0
         self.unsnapshotted = 0
@@ -47,15 +56,30 @@ class CollectionIndex:
     def snapshot_paths(self) -> list[Path]:
         return [self._path(k) for k in ("binary", "float")]
 
-    def indices(self) -> list[tuple[str, BinaryIndex | FloatIndex]]:
+    def _new_binary(self) -> AdaptiveBinaryIndex:
+        return AdaptiveBinaryIndex(self.collection.bits, self.shards, self.collection.index_spec, self.auto_windows)
+
+    def _new(self, kind: str) -> AdaptiveBinaryIndex | FloatIndex:
+        return self._new_binary() if kind == "binary" else FloatIndex(self.collection.dim, shards=self.shards)
+
+    def maybe_build(self) -> None:
+        """Start training the collection's IVF in the background when its kind and size ask for one."""
+        if self.binary is not None:
+            self.binary.maybe_build()
+
+    def describe_index(self) -> dict[str, Any] | None:
+        """Which index answers binary searches, for GET /v1/collections/{name}."""
+        return self.binary.describe() if self.binary is not None else None
+
+    def indices(self) -> list[tuple[str, AdaptiveBinaryIndex | FloatIndex]]:
         return [(k, ix) for k, ix in (("binary", self.binary), ("float", self.float)) if ix is not None]
 
     # --- opening --------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, collection: Collection, catalog: Catalog, directory: Path, shards: int) -> "CollectionIndex":
+    def open(cls, collection: Collection, catalog: Catalog, directory: Path, shards: int, auto_windows: int = 0) -> "CollectionIndex":
         """Load snapshots, replay newer catalog rows, and rebuild whatever cannot be trusted."""
-        self = cls(collection, directory, shards)
+        self = cls(collection, directory, shards, auto_windows=auto_windows)
         seqs = []
         for kind, _ in self.indices():
             seq = self._load_or_rebuild(kind, catalog)
@@ -68,13 +92,16 @@ class CollectionIndex:
                 self._rebuild(kind, catalog)
         if seqs and min(seqs) < self.applied_seq:
             self.unsnapshotted = 1  # replayed rows: the next snapshot is worth writing
+        self.maybe_build()
         return self
 
     def _load_or_rebuild(self, kind: str, catalog: Catalog) -> int:
         path = self._path(kind)
-        index_cls = BinaryIndex if kind == "binary" else FloatIndex
         try:
-            index, seq = index_cls.load(path, shards=self.shards)
+            if kind == "binary":
+                index, seq = AdaptiveBinaryIndex.load(path, self.shards, self.collection.index_spec, self.auto_windows)
+            else:
+                index, seq = FloatIndex.load(path, shards=self.shards)
             self._check_shape(kind, index)
         except (SnapshotError, FileNotFoundError, ValueError) as exc:
             if path.exists():
@@ -85,7 +112,7 @@ class CollectionIndex:
         self._replay(kind, catalog, seq)
         return seq
 
-    def _check_shape(self, kind: str, index: BinaryIndex | FloatIndex) -> None:
+    def _check_shape(self, kind: str, index: AdaptiveBinaryIndex | FloatIndex) -> None:
         want = self.collection.bits if kind == "binary" else self.collection.dim
         have = index.bits if kind == "binary" else index.dim
         if have != want:
@@ -102,7 +129,7 @@ class CollectionIndex:
             index.add(ids, codes if kind == "binary" else floats)
 
     def _rebuild(self, kind: str, catalog: Catalog) -> None:
-        index = BinaryIndex(self.collection.bits, shards=self.shards) if kind == "binary" else FloatIndex(self.collection.dim, shards=self.shards)
+        index = self._new(kind)
         for ids, floats, codes in catalog.iter_segments(self.collection.name, self.collection.dim, self.collection.bits):
             index.add(ids, codes if kind == "binary" else floats)
         setattr(self, kind, index)
@@ -120,13 +147,13 @@ class CollectionIndex:
         self.snapshots = False
         target = catalog.last_seq(collection.name)
         for kind, _ in self.indices():
-            index = BinaryIndex(collection.bits, shards=shards) if kind == "binary" else FloatIndex(collection.dim, shards=shards)
-            setattr(self, kind, index)
+            setattr(self, kind, self._new(kind))
         for ids, floats, codes in catalog.iter_segments(collection.name, collection.dim, collection.bits, upto_seq=target, shard=partition):
             for kind, index in self.indices():
                 index.remove(ids)  # a row deleted and re-added cannot repeat, but replay is idempotent anyway
                 index.add(ids, codes if kind == "binary" else floats)
         self.applied_seq = target
+        self.maybe_build()
         return self
 
     def catch_up(self, catalog: Catalog, target: int | None = None) -> int:
@@ -143,7 +170,8 @@ class CollectionIndex:
                 return self.applied_seq
             self._replay_range(catalog, self.applied_seq, target)
             self.applied_seq = target
-            return target
+        self.maybe_build()
+        return target
 
     def _replay_range(self, catalog: Catalog, after: int, upto: int) -> None:
         """Replay (after, upto]; rebuild instead when tombstones of that range may have expired."""
@@ -198,6 +226,7 @@ class CollectionIndex:
                 self.applied_seq = write.seq
             else:
                 self._apply_locked(write)
+        self.maybe_build()
 
     # --- changes --------------------------------------------------------------------------
 
@@ -205,6 +234,7 @@ class CollectionIndex:
         """Apply a committed catalog write to every index of the collection."""
         with self._write_lock:
             self._apply_locked(write)
+        self.maybe_build()
 
     def _apply_locked(self, write: WriteResult) -> None:
         removed = np.asarray(write.removed_segment_ids, dtype=np.int64)
@@ -230,7 +260,7 @@ class CollectionIndex:
     def delete_files(self) -> None:
         if not self.snapshots:
             return
-        for path in self.snapshot_paths():
+        for path in [*self.snapshot_paths(), ivf_path(self._path("binary"))]:
             path.unlink(missing_ok=True)
 
     def memory_bytes(self) -> int:

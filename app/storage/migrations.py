@@ -140,6 +140,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     # cluster mode expires old tombstones; a replica behind the horizon rebuilds instead of replaying
     Migration(4, "the sequence up to which a collection's tombstones were expired",
               "CREATE TABLE IF NOT EXISTS tombstone_horizons (collection TEXT PRIMARY KEY, seq BIGINT NOT NULL)"),
+    # JSON {"kind", "nlist", "nprobe"}; NULL for collections created before: kind "auto"
+    Migration(5, "collections record their index kind and its parameters",
+              "ALTER TABLE collections ADD COLUMN index_spec TEXT"),
 )
 
 LATEST = MIGRATIONS[-1].version

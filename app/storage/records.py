@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from app.index.kinds import IndexSpec
+
 
 @dataclass(frozen=True)
 class Collection:
@@ -25,6 +27,8 @@ class Collection:
     created_at: float
     # the checkpoint version that embedded this collection (None: created before versions were recorded)
     encoder_version: str | None = None
+    # which index answers binary searches (flat, ivf, or auto past a size); see app/index/kinds.py
+    index_spec: IndexSpec = field(default_factory=IndexSpec)
 
     @property
     def encoder_key(self) -> str:

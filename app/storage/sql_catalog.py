@@ -105,9 +105,10 @@ class SqlCatalog(JobRows):
                 with self._transaction():
                     self._execute(
                         "INSERT INTO collections (name, modality, encoder, index_kinds, dim, bits, window_s, hop_s,"
-                        " keep_media, description, created_at, encoder_version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                        " keep_media, description, created_at, encoder_version, index_spec) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (c.name, c.modality, c.encoder, json.dumps(list(c.index_kinds)), c.dim, c.bits,
-                         c.window_s, c.hop_s, int(c.keep_media), c.description, c.created_at, c.encoder_version),
+                         c.window_s, c.hop_s, int(c.keep_media), c.description, c.created_at, c.encoder_version,
+                         json.dumps(c.index_spec.to_json())),
                     )
             except self._duplicate_errors() as exc:
                 raise Conflict(f"collection {c.name!r} already exists") from exc

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from app.index.kinds import IndexSpec
 from app.storage.records import Collection
 
 
@@ -20,6 +21,7 @@ def collection_of_row(row: Any) -> Collection:
         index_kinds=tuple(json.loads(row["index_kinds"])), dim=row["dim"], bits=row["bits"],
         window_s=row["window_s"], hop_s=row["hop_s"], keep_media=bool(row["keep_media"]),
         description=row["description"], created_at=row["created_at"], encoder_version=row["encoder_version"],
+        index_spec=IndexSpec.from_json(json.loads(row["index_spec"]) if row["index_spec"] else None),
     )
 
 

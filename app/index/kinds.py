@@ -1,0 +1,109 @@
+"""Index kinds of a collection's binary codes, and the arithmetic that sizes the sublinear one.
+
+* ``flat``: exact Hamming scan of every code (:class:`~app.index.binary_index.BinaryIndex`).
+* ``ivf``: FAISS ``IndexBinaryIVF`` (:class:`~app.index.ivf.BinaryIVF`): codes are bucketed by
+  their nearest of ``nlist`` trained centroids, and a query scans only the ``nprobe`` nearest
+  buckets.
+* ``auto``: flat until the collection holds ``index.auto_ivf_windows`` codes (a setting), then
+  ivf, trained in the background while flat keeps answering.
+
+Why IVF and not HNSW or multi-index hashing (bench/index_kinds.py, bench/results/index_kinds.json,
+clustered 256- and 512-bit codes): at equal recall@10 IVF and HNSW answer in about the same time,
+but ``IndexBinaryHNSW`` cannot remove a vector (a delete or upsert would need tombstones and an
+ever-growing graph) and costs 2 x M x 4 bytes of links per code (256 bytes at M=32, eight times a
+256-bit code); ``IndexBinaryMultiHash`` supports no removal either and needs nflip=2 (slower than
+IVF) to pass recall 0.9 on 256-bit codes. IVF removes ids natively, stores a code plus an 8-byte id,
+and its one knob (nprobe) trades recall for time predictably.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+KINDS = ("auto", "flat", "ivf")
+
+# FAISS warns below 39 training points per centroid: fewer leave centroids badly placed.
+MIN_POINTS_PER_LIST = 39
+# An ivf collection answers from flat below this many codes: such a scan takes ~0.1 ms, and a
+# handful of points per list would train nothing useful.
+IVF_MIN_WINDOWS = 10_000
+# Bounds of the tunables (also the API's ge/le): 2^16 lists is past any size one machine holds.
+MAX_NLIST = 65_536
+MIN_NLIST = 16
+# Auto nlist stays at or below this: the coarse quantizer is a flat scan of nlist centroids per
+# added code and per query, and k-means training costs ~nlist^2 (16384 lists: minutes on 2 cores).
+AUTO_MAX_NLIST = 16_384
+# An auto-sized IVF is retrained once the collection is this many times larger than what it was
+# trained on: its lists have grown long, and the centroids no longer reflect the data.
+RETRAIN_GROWTH = 4
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """A collection's index choice, stored in the catalog.
+
+    Args:
+        kind: "auto", "flat" or "ivf".
+        nlist: IVF lists; None picks ~sqrt(n) from the count at training (see :func:`auto_nlist`).
+        nprobe: lists a query scans by default; None: :func:`default_nprobe` of nlist.
+    """
+
+    kind: str = "auto"
+    nlist: int | None = None
+    nprobe: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"index kind must be one of {list(KINDS)}, got {self.kind!r}")
+        for name, low, high in (("nlist", MIN_NLIST, MAX_NLIST), ("nprobe", 1, MAX_NLIST)):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
+                raise ValueError(f"index {name} must be an integer in [{low}, {high}], got {value!r}")
+        if self.nlist is not None and self.nprobe is not None and self.nprobe > self.nlist:
+            raise ValueError(f"index nprobe ({self.nprobe}) cannot exceed nlist ({self.nlist})")
+        if self.kind == "flat" and (self.nlist is not None or self.nprobe is not None):
+            raise ValueError("a flat index has no nlist or nprobe; use kind 'ivf' or 'auto'")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "nlist": self.nlist, "nprobe": self.nprobe}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any] | None) -> "IndexSpec":
+        if not value:
+            return cls()
+        return cls(kind=value.get("kind", "auto"), nlist=value.get("nlist"), nprobe=value.get("nprobe"))
+
+    def trains_at(self, auto_windows: int) -> int | None:
+        """Codes the collection must hold before an IVF is trained; None: never."""
+        if self.kind == "flat" or (self.kind == "auto" and auto_windows <= 0):
+            return None
+        floor = IVF_MIN_WINDOWS if self.kind == "ivf" else max(auto_windows, IVF_MIN_WINDOWS)
+        if self.nlist is not None:
+            floor = max(floor, MIN_POINTS_PER_LIST * self.nlist)
+        return floor
+
+
+def auto_nlist(n: int) -> int:
+    """Lists for ``n`` codes: the power of two nearest sqrt(n), in [MIN_NLIST, AUTO_MAX_NLIST].
+
+    sqrt(n) balances the two halves of a query's work (scanning nlist centroids, then nprobe
+    lists of n / nlist codes) and keeps training cheap; FAISS' 4 sqrt(n) rule of thumb targets
+    float vectors, whose quantizer is cheaper per centroid relative to a list scan.
+    """
+    if n <= 0:
+        return MIN_NLIST
+    power = round(math.log2(math.sqrt(n)))
+    return int(min(AUTO_MAX_NLIST, max(MIN_NLIST, 2**power)))
+
+
+def default_nprobe(nlist: int) -> int:
+    """Lists a query scans unless it says otherwise: an eighth of the lists, at least 64 (all when fewer).
+
+    Measured on clustered codes (bench/results/index_kinds.json): 10^6 x 256-bit codes, 1024 lists,
+    nprobe 128: recall@10 0.96 against exact flat search; 10^5 codes, 256 lists, nprobe 64: 0.945.
+    Fewer probes fall fast (nprobe 64 of 1024: 0.93), so the default errs towards recall; a query
+    that wants speed passes its own nprobe.
+    """
+    return int(min(nlist, max(64, nlist // 8)))
