@@ -152,7 +152,10 @@ class JudgmentStore:
             return {**base, "confidence": None, "reason": "compare two configurations (e.g. binary vs float) to estimate a confidence"}
         from app.eval.mtc import MinimalTestCollection, build_pool
 
-        mtc = MinimalTestCollection(build_pool(rankings, k), LEVELS)
+        pool = build_pool(rankings, k)
+        if not pool.queries:  # only empty rankings stored (they write no lines): nothing to compare yet
+            return {**base, "confidence": None, "reason": "the stored rankings are all empty: store runs with results to compare"}
+        mtc = MinimalTestCollection(pool, LEVELS)
         for qid, docs in judged.items():
             for doc, grade in docs.items():
                 mtc.record(qid, doc, float(grade))  # judgments outside the pool change nothing

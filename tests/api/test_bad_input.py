@@ -394,3 +394,50 @@ def test_a_form_still_sends_numbers_as_text(seeded):
     assert response.status_code == 200, response.text
     # and JSON integers are fine where a float is documented
     assert seeded.post("/v1/collections/a/search", json={"item_id": "keep.wav", "nms_iou": 1, "max_distance": 0}).status_code == 200
+
+
+def test_confidence_over_only_empty_rankings_is_no_estimate(seeded):
+    """Regression (found by bench/fuzz.py): runs of empty rankings made the confidence divide by
+    zero queries (500 on every later GET .../confidence)."""
+    stored = seeded.post("/v1/collections/a/judgments/runs", json={"qid": "q", "runs": {"a": [], "b": []}})
+    assert stored.status_code == 200, stored.text
+    response = seeded.get("/v1/collections/a/judgments/confidence")
+    assert response.status_code == 200, response.text
+    assert response.json()["confidence"] is None and "empty" in response.json()["reason"]
+    # once a configuration ranks something, there is an estimate
+    seeded.post("/v1/collections/a/judgments/runs", json={"qid": "q", "runs": {"a": [{"id": "keep.wav", "score": 1}]}})
+    assert seeded.get("/v1/collections/a/judgments/confidence").json()["confidence"] is not None
+
+
+def test_media_replaced_or_deleted_while_it_is_sent_still_arrives_whole(seeded, monkeypatch):
+    """Regression (found by bench/fuzz.py): FileResponse opened the stored file only after sending the
+    headers, so a concurrent upsert or delete of the item broke the answer mid-way. The file is now
+    open before the answer starts; removing it meanwhile changes nothing for this reader."""
+    from app.api.routes import items as item_routes
+
+    original = seeded.get("/v1/collections/a/items/keep.wav/media").content
+    stream = item_routes._chunks
+
+    def delete_first(handle):
+        assert seeded.delete("/v1/collections/a/items/keep.wav").status_code == 204  # its file is gone now
+        yield from stream(handle)
+
+    monkeypatch.setattr(item_routes, "_chunks", delete_first)
+    response = seeded.get("/v1/collections/a/items/keep.wav/media")
+    assert response.status_code == 200 and response.content == original
+    assert response.headers["content-length"] == str(len(original))
+    assert response.headers["content-disposition"] == 'attachment; filename="keep.wav"'
+    monkeypatch.setattr(item_routes, "_chunks", stream)
+    gone = seeded.get("/v1/collections/a/items/keep.wav/media")
+    assert gone.status_code == 404, gone.text
+    error_of(gone)
+
+
+def test_media_whose_file_vanished_is_404(seeded, tmp_path):
+    import os
+
+    for path in (tmp_path / "data" / "media").rglob("*.wav"):  # the fixture's data directory
+        os.unlink(path)
+    response = seeded.get("/v1/collections/a/items/keep.wav/media")
+    assert response.status_code == 404, response.text
+    assert "missing" in error_of(response)["message"]

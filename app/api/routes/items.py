@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from typing import BinaryIO, Iterator
+from urllib.parse import quote
+
 from fastapi import APIRouter, Query, Request, Response
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from app.api.body_docs import INGEST_BODY, INGEST_RESPONSES
 from app.api.deps import JobsDep, ServicesDep
@@ -63,21 +67,39 @@ def list_items(
     return {"data": data, "count": total, "limit": limit, "offset": offset}
 
 
-@router.get("/collections/{name}/items/{item_id:path}/media", response_class=FileResponse, responses={
+@router.get("/collections/{name}/items/{item_id:path}/media", response_class=StreamingResponse, responses={
     200: {"description": "The stored original, with its media type", "content": {
         t: {"schema": {"type": "string", "format": "binary"}} for t in sorted({*_MEDIA_TYPES.values(), "application/octet-stream"})}},
     **error_responses(*V1, 404)})
-def read_item_media(name: str, item_id: str, services: ServicesDep) -> FileResponse:
+def read_item_media(name: str, item_id: str, services: ServicesDep) -> StreamingResponse:
     """The stored original, when the collection keeps media."""
     services.state(name)
-    item = services.catalog.get_item(name, item_id)
-    if not item["media_path"]:
-        raise NotFound(f"item {item_id!r} has no stored media (the collection was created with keep_media=false)")
-    path = services.media.path(item["media_path"])
-    if not path.is_file():
-        raise NotFound(f"the media file of item {item_id!r} is missing from the data directory")
+    # The file is opened here, before the answer starts: an upsert or a delete of the item removes
+    # it at any moment, and FileResponse opened it only after sending the headers (the fuzz saw the
+    # connection broken mid-answer, bench/fuzz.py). An open file stays readable after its unlink;
+    # a file replaced between reading the row and opening it is looked up once more.
+    for attempt in range(2):
+        item = services.catalog.get_item(name, item_id)
+        if not item["media_path"]:
+            raise NotFound(f"item {item_id!r} has no stored media (the collection was created with keep_media=false)")
+        try:
+            handle = open(services.media.path(item["media_path"]), "rb")  # noqa: SIM115 - closed by _chunks
+            break
+        except (FileNotFoundError, IsADirectoryError):
+            if attempt:
+                raise NotFound(f"the media file of item {item_id!r} is missing from the data directory") from None
+    filename = item["filename"] or item_id
+    quoted = quote(filename)
+    disposition = f"attachment; filename*=utf-8''{quoted}" if quoted != filename else f'attachment; filename="{filename}"'
+    headers = {"Content-Length": str(os.fstat(handle.fileno()).st_size), "Content-Disposition": disposition}
     media_type = _MEDIA_TYPES.get(item["media_type"] or "", "application/octet-stream")
-    return FileResponse(path, media_type=media_type, filename=item["filename"] or item_id)
+    return StreamingResponse(_chunks(handle), media_type=media_type, headers=headers)
+
+
+def _chunks(handle: BinaryIO) -> Iterator[bytes]:
+    with handle:  # also closed when a client leaves early (the generator is closed then)
+        while chunk := handle.read(64 * 1024):
+            yield chunk
 
 
 # ids may contain "/" (folder ingest uses relative paths), hence the path converter
