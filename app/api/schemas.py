@@ -26,6 +26,37 @@ MAX_OFFSET = 2**53 - 1
 # {"score": false} as 0.0 and {"k": "5"} as 5, so the document's types were not the contract.
 
 
+# IVF bounds: app/index/kinds.py (MIN_NLIST, MAX_NLIST); a cross-field rule (nprobe <= nlist) is the
+# use case's 422 (app/usecases/services.py: index_spec).
+MAX_NLIST = 65_536
+
+
+class IndexConfig(BaseModel):
+    """How the collection's binary codes are searched (GET /v1/collections/{name} shows which index answers)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    kind: Literal["auto", "flat", "ivf"] = Field(
+        "auto", description="`flat`: exact scan of every code. `ivf`: FAISS IndexBinaryIVF, trained in the background "
+        "once the collection holds 10,000 windows (39 x nlist with an explicit nlist); flat answers until then. "
+        "`auto`: flat until index.auto_ivf_windows windows (a setting, default 1,000,000), then ivf",
+    )
+    nlist: int | None = Field(None, ge=16, le=MAX_NLIST, description="IVF lists; default the power of two nearest sqrt(windows), retrained as the collection grows 4x")
+    nprobe: int | None = Field(None, ge=1, le=MAX_NLIST, description="IVF lists a query scans by default (at most nlist); default nlist/8, at least 64. A search may override it")
+
+
+class IndexPublic(BaseModel):
+    kind: str = Field(description="auto, flat or ivf, as created")
+    answering: str | None = Field(description="the index that answers binary searches now: flat or ivf (null: no binary index here, or cluster shards)")
+    building: bool = Field(False, description="an IVF is being trained in the background (flat or the previous IVF answers meanwhile)")
+    nlist: int | None = None
+    nprobe: int | None = None
+    trains_at: int | None = Field(None, description="windows at which the IVF is trained (null: never)")
+    trained_on: int | None = Field(None, description="windows the answering IVF was trained on")
+    last_build_s: float | None = Field(None, description="seconds the last IVF build took")
+    last_error: str | None = Field(None, description="why the last IVF build failed (flat kept answering)")
+
+
 class CollectionCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
@@ -35,6 +66,7 @@ class CollectionCreate(BaseModel):
     modality: Literal["audio", "image"]
     encoder: str | None = Field(None, description="Encoder name (GET /v1/encoders); default per modality")
     index_kinds: list[Literal["binary", "float"]] | None = Field(None, min_length=1, description="Default: both")
+    index: IndexConfig | None = Field(None, description="How binary codes are searched; default kind auto")
     window_s: float | None = Field(None, gt=0, le=60, description="Audio window length in seconds")
     hop_s: float | None = Field(None, gt=0, le=60, description="Audio hop between windows in seconds")
     keep_media: bool | None = Field(None, description="Keep uploaded originals for GET .../media")
@@ -58,6 +90,7 @@ class CollectionPublic(BaseModel):
     segments: int
     indexed_segments: int
     memory_bytes: int
+    index: IndexPublic
 
 
 class CollectionsPublic(BaseModel):
@@ -92,6 +125,10 @@ class SearchRequest(BaseModel):
     k: int = Field(10, ge=1, description="Results to return, at most limits.max_k (default 1000)")
     mode: Mode = "two_stage"
     oversample: int | None = Field(None, ge=1, le=1000)
+    nprobe: int | None = Field(
+        None, ge=1, le=MAX_NLIST, description="IVF lists to scan for this query when an IVF answers (more: higher "
+        "recall, slower; at least nlist: exact); ignored while the flat index answers. Default: the collection's nprobe",
+    )
     filter: dict[str, Any] = Field(default_factory=dict, description="metadata equality: every key must match")
     max_distance: float | None = Field(None, ge=0)
     segments_per_item: int = Field(3, ge=1, le=100)

@@ -80,9 +80,7 @@ class IndexSpec:
         if self.kind == "flat" or (self.kind == "auto" and auto_windows <= 0):
             return None
         floor = IVF_MIN_WINDOWS if self.kind == "ivf" else max(auto_windows, IVF_MIN_WINDOWS)
-        if self.nlist is not None:
-            floor = max(floor, MIN_POINTS_PER_LIST * self.nlist)
-        return floor
+        return max(floor, MIN_POINTS_PER_LIST * (self.nlist or MIN_NLIST))
 
 
 def auto_nlist(n: int) -> int:
@@ -92,10 +90,11 @@ def auto_nlist(n: int) -> int:
     lists of n / nlist codes) and keeps training cheap; FAISS' 4 sqrt(n) rule of thumb targets
     float vectors, whose quantizer is cheaper per centroid relative to a list scan.
     """
-    if n <= 0:
+    if n < MIN_POINTS_PER_LIST * 2 * MIN_NLIST:
         return MIN_NLIST
     power = round(math.log2(math.sqrt(n)))
-    return int(min(AUTO_MAX_NLIST, max(MIN_NLIST, 2**power)))
+    trainable = int(math.log2(n // MIN_POINTS_PER_LIST))  # every list gets its 39 training points
+    return int(min(AUTO_MAX_NLIST, max(MIN_NLIST, 2 ** min(power, trainable))))
 
 
 def default_nprobe(nlist: int) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from app.errors import InvalidInput
+from app.index import AdaptiveBinaryIndex
 from app.search.ranking import (
     ItemHit,
     cosine_distance,
@@ -58,6 +59,7 @@ class SearchOptions:
     rerank: bool = True
     rerank_top: int = 100
     item_distance: str = "mean"  # "mean" | "min": how an item combines the query windows' distances
+    nprobe: int | None = None  # IVF lists to scan (None: the collection's default); ignored by flat
 
 
 @dataclass
@@ -104,14 +106,17 @@ async def search(
     total = len(index)
     if total == 0:
         return []
-    if _scanned_bytes(index, options.mode) <= INLINE_SCAN_BYTES:
-        return await asyncio.to_thread(_search_here, catalog, collection, index, query, options, with_items)
     depth = _first_depth(query, options, total)
+    if _scanned_bytes(index, options, depth) <= INLINE_SCAN_BYTES:
+        return await asyncio.to_thread(_search_here, catalog, collection, index, query, options, with_items)
     while True:
         kind, k = _scan_plan(index, options, depth)
         scan = scans.binary if kind == "binary" else scans.float
         assert scan is not None
-        scores, ids = await scan.search(query.codes if kind == "binary" else query.floats, k)
+        if kind == "binary":
+            scores, ids = await scan.search(query.codes, k, nprobe=_nprobe(index, options))
+        else:
+            scores, ids = await scan.search(query.floats, k)
         distances = _segment_distances(index, query, options, depth, scores, ids, _map_top(collection, query, options, depth))
         # every item beyond the scanned depth is at least as far as the worst scanned segment,
         # so the top k are final once k items are found or the whole index was scanned
@@ -129,9 +134,13 @@ def _search_here(
     depth = _first_depth(query, options, total)
     while True:
         kind, k = _scan_plan(index, options, depth)
-        target = index.binary if kind == "binary" else index.float
-        assert target is not None
-        scores, ids = target.search(query.codes if kind == "binary" else query.floats, k)
+        if kind == "binary":
+            assert index.binary is not None
+            nprobe = _nprobe(index, options)
+            scores, ids = index.binary.search(query.codes, k) if nprobe is None else index.binary.search(query.codes, k, nprobe=nprobe)
+        else:
+            assert index.float is not None
+            scores, ids = index.float.search(query.floats, k)
         distances = _segment_distances(index, query, options, depth, scores, ids, _map_top(collection, query, options, depth))
         hits = _rank(catalog, collection, query, options, distances, depth >= total, with_items)
         if hits is not None:
@@ -162,9 +171,17 @@ def _map_top(collection: Collection, query: Query, options: SearchOptions, depth
     return min(depth, _wanted(query, options))
 
 
-def _scanned_bytes(index: CollectionIndex, mode: str) -> int:
-    if mode == "float":
+def _nprobe(index: CollectionIndex, options: SearchOptions) -> int | None:
+    """The query's nprobe for an in-process index that may hold an IVF (remote shards take none)."""
+    return options.nprobe if isinstance(index.binary, AdaptiveBinaryIndex) else None
+
+
+def _scanned_bytes(index: CollectionIndex, options: SearchOptions, depth: int) -> int:
+    """Bytes the first round reads: all codes or floats for an exact scan, the probed lists for an IVF."""
+    if options.mode == "float":
         return len(index) * (index.float.dim if index.float is not None else 0) * 4
+    if isinstance(index.binary, AdaptiveBinaryIndex):
+        return index.binary.scan_bytes(_scan_plan(index, options, depth)[1], options.nprobe)
     return len(index) * (index.binary.bits if index.binary is not None else 0) // 8
 
 

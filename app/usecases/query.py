@@ -35,6 +35,7 @@ class SearchParams(Protocol):
     k: int
     mode: str
     oversample: int | None
+    nprobe: int | None
     filter: dict[str, Any]
     max_distance: float | None
     segments_per_item: int
@@ -141,6 +142,7 @@ async def _run_search(
         segments_per_item=params.segments_per_item,
         nms_iou=params.nms_iou,
         item_distance=params.item_distance,
+        nprobe=params.nprobe,
     )
     t = time.perf_counter()
     # without re-ranking the hits are final: their catalog rows come in the search's own thread call

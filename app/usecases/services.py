@@ -19,7 +19,7 @@ import numpy as np
 from app.encoders.registry import discover
 from app.encoders.runtime import configure_torch
 from app.errors import Conflict, InsufficientStorage, InvalidInput, NotFound, StorageReadOnly
-from app.index import warm_up_hamming_kernels
+from app.index import IndexSpec, warm_up_hamming_kernels
 from app.metrics import Metrics
 from app.search.pipeline import Scans
 from app.search.scan import SharedScan
@@ -44,6 +44,26 @@ class CollectionState:
     index: CollectionIndex
     scans: Scans
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def index_spec(request: dict[str, Any] | None, kinds: tuple[str, ...]) -> IndexSpec:
+    """A collection's index choice from its create request; InvalidInput (422) when it cannot work."""
+    try:
+        spec = IndexSpec.from_json(request)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+    if spec.kind == "ivf" and "binary" not in kinds:
+        raise InvalidInput("index kind 'ivf' indexes binary codes; this collection has no binary index (index_kinds)")
+    return spec
+
+
+def _describe_index(state: CollectionState) -> dict[str, Any]:
+    """Which index answers binary searches (an in-process index says; a cluster facade reports its kind)."""
+    describe = getattr(state.index, "describe_index", None)
+    found = describe() if describe is not None else None
+    if found is None:  # a float-only collection (no binary index), or cluster shards (each answers for itself)
+        found = {**state.collection.index_spec.to_json(), "answering": None}
+    return found
 
 
 class Services:
@@ -137,7 +157,8 @@ class Services:
 
             index = open_shared_index(self.settings, self.catalog, collection)
         else:
-            index = CollectionIndex.open(collection, self.catalog, self.index_dir, self.settings.index.shards)
+            index = CollectionIndex.open(collection, self.catalog, self.index_dir, self.settings.index.shards,
+                                         auto_windows=self.settings.index.auto_ivf_windows)
             if index.unsnapshotted:
                 self._snapshot(index)
         scans = Scans(
@@ -172,6 +193,7 @@ class Services:
         if encoder.modality != modality:
             raise InvalidInput(f"encoder {encoder_name!r} embeds {encoder.modality}, not {modality}")
         kinds = tuple(request.get("index_kinds") or INDEX_KINDS)
+        spec = index_spec(request.get("index"), kinds)
         window_s = hop_s = None
         if modality == "audio":
             window_s = float(request.get("window_s") or encoder.default_window_s or 1.0)
@@ -183,6 +205,7 @@ class Services:
             window_s=window_s, hop_s=hop_s,
             keep_media=self.settings.keep_media if request.get("keep_media") is None else bool(request["keep_media"]),
             description=request.get("description") or "", created_at=time.time(), encoder_version=encoder.version,
+            index_spec=spec,
         )
         self.catalog.create_collection(collection)
         self.collections[name] = await asyncio.to_thread(self._open_collection, collection)
@@ -210,6 +233,7 @@ class Services:
             "description": c.description, "created_at": c.created_at,
             "items": items, "segments": segments, "indexed_segments": len(state.index),
             "memory_bytes": state.index.memory_bytes(),
+            "index": _describe_index(state),
         }
 
     # --- writes ---------------------------------------------------------------------------

@@ -49,6 +49,8 @@ def test_spec_validation() -> None:
 def test_auto_nlist_and_nprobe() -> None:
     assert auto_nlist(10**6) == 1024
     assert auto_nlist(10) == 16
+    for n in (624, 700, 1300, 5000, 40_000):  # never more lists than 39 training codes each
+        assert auto_nlist(n) == 16 or 39 * auto_nlist(n) <= n
     assert auto_nlist(10**12) == 16_384
     assert default_nprobe(16) == 16 and default_nprobe(1024) == 128 and default_nprobe(4096) == 512
 
