@@ -146,3 +146,13 @@ def test_cached_frontend_is_converted_on_first_use(tmp_path, monkeypatch):
 def test_missing_converted_weights_say_how_to_make_them(tmp_path):
     with pytest.raises(FrontEndError, match="app.features.pretrained.convert"):
         read_frontend("speech-embedding", root=tmp_path)
+
+
+def test_each_encoder_gets_its_own_frontend_copy():
+    """A CPU and a CUDA encoder on the same front-end must not move each other's weights."""
+    from app.features.pretrained import shared
+
+    a, b = shared("speech-embedding"), shared("speech-embedding")
+    assert a is not b
+    assert a.logmel.dft_real.data_ptr() != b.logmel.dft_real.data_ptr()
+    assert torch.equal(a.logmel.dft_real, b.logmel.dft_real)

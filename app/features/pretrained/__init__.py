@@ -66,9 +66,10 @@ def load_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], name: s
     module.load_state_dict(state, strict=True)
 
 
-@lru_cache(maxsize=None)
 def shared(name: str) -> torch.nn.Module:
-    """One loaded copy per process of a frozen front-end, in eval mode (encoders wrap it, never train it)."""
+    """A frozen front-end in eval mode, its own copy: each encoder moves its modules to its device, so two
+    encoders (a CPU and a CUDA one, or two checkpoints on the same front-end) must not share one; the
+    converted file is read once per process (:func:`_cached_state`)."""
     if name == "speech-embedding":
         from app.features.pretrained.speech_embedding import load
     elif name == "aisfx":
@@ -76,3 +77,8 @@ def shared(name: str) -> torch.nn.Module:
     else:
         raise FrontEndError(f"unknown front-end {name!r}; known: speech-embedding, aisfx")
     return load()
+
+
+@lru_cache(maxsize=None)
+def _cached_state(name: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    return read_frontend(name)

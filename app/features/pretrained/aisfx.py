@@ -115,10 +115,10 @@ class AiSfx(torch.nn.Module):
 
 def load() -> AiSfx:
     """The module with the converted weights from app/assets/frontends."""
-    from app.features.pretrained import load_strict, read_frontend
+    from app.features.pretrained import _cached_state, load_strict
 
     name = "aisfx"
-    state, config = read_frontend(name)
+    state, config = _cached_state(name)
     model = AiSfx()
     load_strict(model, state, name)
     for p in model.parameters():

@@ -114,10 +114,10 @@ class SpeechEmbedding(torch.nn.Module):
 
 def load() -> SpeechEmbedding:
     """The module with the converted weights from app/assets/frontends."""
-    from app.features.pretrained import load_strict, read_frontend
+    from app.features.pretrained import _cached_state, load_strict
 
     name = "speech-embedding"
-    state, config = read_frontend(name)
+    state, config = _cached_state(name)
     model = SpeechEmbedding([tuple(x) for x in config["layers"]], list(config["channels"]))
     load_strict(model, state, name)
     for p in model.parameters():
