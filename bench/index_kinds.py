@@ -30,8 +30,8 @@ from typing import Any, Callable
 import faiss
 import numpy as np
 
-from app.index import BinaryIndex, BinaryIVF
-from app.index.kinds import auto_nlist, default_nprobe
+from app.index import AdaptiveBinaryIndex, BinaryIndex, BinaryIVF
+from app.index.kinds import IndexSpec, auto_nlist, default_nprobe
 
 K = 10
 DIM = 128
@@ -131,16 +131,16 @@ def run_block(n: int, bits: int, n_queries: int, hnsw: bool, multihash: bool, np
         block["runs"].append(row)
         print(json.dumps({"windows": n, "bits": bits, **row}), flush=True)
 
-    # IVF as the service builds it (app/index/ivf.py: sampled training, sqrt(n) lists)
-    for nlist in sorted({auto_nlist(n), 4 * auto_nlist(n)}):
+    # IVF as the service builds it (app/index/ivf.py: sampled training), at the service's nlist and a quarter of it
+    for nlist in sorted({auto_nlist(n) // 4, auto_nlist(n)}):
         if n < 39 * nlist:
             continue
         t = time.perf_counter()
         ivf = BinaryIVF.train(codes, nlist)
         ivf.add(ids, codes)
         build = time.perf_counter() - t
-        for nprobe in sorted({*(p for p in nprobes if p <= nlist), default_nprobe(nlist)}):
-            record("ivf", {"nlist": nlist, "nprobe": nprobe, "default": nprobe == default_nprobe(nlist) and nlist == auto_nlist(n)},
+        for nprobe in sorted({*(p for p in nprobes if p <= nlist), default_nprobe(nlist, n)}):
+            record("ivf", {"nlist": nlist, "nprobe": nprobe, "default": nprobe == default_nprobe(nlist, n) and nlist == auto_nlist(n)},
                    build, lambda q, ivf=ivf, p=nprobe: ivf.search(q, K, p), ivf.memory_bytes())
         if nlist == auto_nlist(n):  # what a delete costs without a direct map (app/index/ivf.py)
             gone = ids[np.random.default_rng(3).choice(n, 100, replace=False)]
@@ -174,6 +174,27 @@ def run_block(n: int, bits: int, n_queries: int, hnsw: bool, multihash: bool, np
     return block
 
 
+def wrapper_overhead(n: int, bits: int, rounds: int = 4000) -> dict[str, Any]:
+    """Same-run A/B: one query through BinaryIndex.search and through AdaptiveBinaryIndex.search while flat
+    answers (a collection under the automatic threshold), interleaved call by call."""
+    codes, queries = clustered_codes(n, bits, 200)
+    ids = np.arange(n, dtype=np.int64)
+    plain = BinaryIndex(bits, shards=2)
+    plain.add(ids, codes)
+    wrapped = AdaptiveBinaryIndex(bits, shards=2, spec=IndexSpec("auto"), auto_windows=10**9)
+    wrapped.add(ids, codes)
+    times: dict[str, list[float]] = {"BinaryIndex": [], "AdaptiveBinaryIndex (flat answering)": []}
+    for i in range(rounds):
+        q = queries[i % len(queries) : i % len(queries) + 1]
+        for name, index in (("BinaryIndex", plain), ("AdaptiveBinaryIndex (flat answering)", wrapped))[:: 1 if i % 2 else -1]:
+            t = time.perf_counter()
+            index.search(q, K)
+            times[name].append((time.perf_counter() - t) * 1000)
+    out = {name: {"p50_ms": float(np.median(v)), "mean_ms": float(np.mean(v))} for name, v in times.items()}
+    a, b = out["BinaryIndex"]["p50_ms"], out["AdaptiveBinaryIndex (flat answering)"]["p50_ms"]
+    return {"windows": n, "bits": bits, "rounds": rounds, **out, "p50_ratio": b / a}
+
+
 def _relabel(result: tuple[np.ndarray, np.ndarray], ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     d, rows = result
     return d, np.where(rows >= 0, ids[np.maximum(rows, 0)], -1)
@@ -187,8 +208,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--nprobe", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
     parser.add_argument("--no-hnsw", action="store_true")
     parser.add_argument("--no-multihash", action="store_true")
+    parser.add_argument("--overhead-only", action="store_true", help="only the flat-path A/B (wrapper_overhead) at each size")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
+    if args.overhead_only:
+        rows = [wrapper_overhead(n, bits) for n in args.sizes for bits in args.bits]
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "faiss": faiss.__version__}, "overhead": rows}, indent=1))
+        print(json.dumps(rows, indent=1))
+        return {"overhead": rows}
     result: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "faiss": faiss.__version__},
         "k": K, "recall": "tie-tolerant recall@10 against exact flat search", "blocks": [],

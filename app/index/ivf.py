@@ -51,7 +51,7 @@ class BinaryIVF:
         self.bits = int(index.d)
         self.code_bytes = self.bits // 8
         self.nlist = int(index.nlist)
-        self.nprobe = int(nprobe or default_nprobe(self.nlist))
+        self.nprobe = int(nprobe or default_nprobe(self.nlist, max(trained_on, int(index.ntotal))))
         self.trained_on = trained_on  # codes the centroids were fitted to (retraining policy)
         self._lock = ReadWriteLock()
 

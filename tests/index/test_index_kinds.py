@@ -47,12 +47,13 @@ def test_spec_validation() -> None:
 
 
 def test_auto_nlist_and_nprobe() -> None:
-    assert auto_nlist(10**6) == 1024
+    assert auto_nlist(10**6) == 4096 and auto_nlist(10**5) == 1024
     assert auto_nlist(10) == 16
     for n in (624, 700, 1300, 5000, 40_000):  # never more lists than 39 training codes each
         assert auto_nlist(n) == 16 or 39 * auto_nlist(n) <= n
-    assert auto_nlist(10**12) == 16_384
-    assert default_nprobe(16) == 16 and default_nprobe(1024) == 128 and default_nprobe(4096) == 512
+    assert auto_nlist(10**12) == 4096
+    assert default_nprobe(4096, 10**6) == 64 and default_nprobe(1024, 10**5) == 128
+    assert default_nprobe(16, 700) == 16 and default_nprobe(4096, 10**8) == 16
 
 
 def test_ivf_recall_against_brute_force(data) -> None:
@@ -218,3 +219,18 @@ def test_a_failed_build_leaves_flat_answering(data, monkeypatch) -> None:
     assert index.answering == "flat" and "MemoryError" in index.describe()["last_error"]
     assert not index.wants_build()  # retried only after the collection doubles
     assert index.search(queries, 10)[1].shape == (len(queries), 10)
+
+
+def test_bench_runs_end_to_end_on_tiny_sizes(tmp_path) -> None:
+    from bench.index_kinds import main
+
+    out = tmp_path / "kinds.json"
+    result = main(["--sizes", "3000", "--bits", "256", "--queries", "20", "--no-hnsw", "--no-multihash", "--nprobe", "1", "64", "--out", str(out)])
+    block = result["blocks"][0]
+    assert block["flat"]["recall_at_10"] == 1.0
+    runs = {(r["nlist"], r["nprobe"]): r for r in block["runs"]}
+    assert runs[(64, 64)]["recall_at_10"] == 1.0  # every list probed: exact
+    assert any(r["default"] for r in block["runs"])
+    assert all(r["p50_ms"] > 0 and r["speedup_p50_vs_flat"] > 0 for r in block["runs"])
+    overhead = main(["--sizes", "3000", "--bits", "256", "--overhead-only", "--out", str(tmp_path / "o.json")])["overhead"][0]
+    assert overhead["p50_ratio"] > 0
