@@ -1,7 +1,8 @@
 """The shipped default audio encoder: one code for speech and sounds, each window routed by the learned router.
 
 Checked on sounds made here (no data set needed): a spoken-like harmonic sweep goes to the speech
-half, steady noise and silence to the sounds half, and the codes keep the direct-sum layout.
+half, steady noise and silence to the sounds half, and the codes keep the direct-sum layout. Version 6
+(the default) runs Google's pretrained speech_embedding under its speech head; versions 1-5 stay loadable.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from app.encoders.registry import create_encoder, discover
 from app.encoders.traced import CpuTraces
 from app.settings import EncoderSettings
 
-SPEECH_HALF = 256  # trained speech bits; a speech window's MFCC bits are the next 64 (version 3)
+SPEECH_HALF = 256  # trained speech bits; in versions 3-5 a speech window's MFCC bits are the next 64
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +23,19 @@ def encoder():
     return create_encoder("general-audio", discover())
 
 
+@pytest.fixture(scope="module")
+def version_5():
+    return create_encoder("general-audio@5", discover())
+
+
 def test_default_is_a_routed_fusion_of_the_speech_and_sounds_branches(encoder) -> None:
     assert EncoderSettings().default_audio == encoder.name == "general-audio"
-    assert encoder.config["family"] == "routed-fusion" and encoder.version == encoder.config["version"]
+    assert encoder.config["family"] == "routed-fusion" and encoder.version == encoder.config["version"] == "6"
     assert (encoder.sample_rate, encoder.default_window_s, encoder.default_hop_s) == (16000, 1.0, 0.5)
-    # version 3: the MFCC view's 64 bits ride in the sounds half, so the code stays 512 bits
-    assert (encoder.bits, encoder.speech.bits, encoder.views.mfcc_bits) == (512, 256, 64)
-    assert encoder.dim == encoder.speech.dim + encoder.views.extra_dim + encoder.sounds.dim == 642
+    # version 6: the speech head reads the pretrained front-end's frames at the service rate; no views
+    assert encoder.speech.config["features"] == {"kind": "speech-embedding", "pad_s": 0.4}
+    assert encoder.speech.sample_rate == 16000 and encoder.views is None
+    assert (encoder.bits, encoder.speech.bits, encoder.dim) == (512, 256, encoder.speech.dim + encoder.sounds.dim)
     assert encoder.config["reproduce"]["train"].startswith("recall train general-audio ")
 
 
@@ -69,8 +76,8 @@ def test_on_cpu_both_halves_run_traced_and_answer_exactly_as_the_eager_modules(e
         np.testing.assert_array_equal(got.codes, want.codes)
 
 
-def test_the_sound_statistics_and_the_mfcc_view_share_one_stft_with_the_same_answers(encoder) -> None:
-    sounds = encoder.steps.eager.sounds
+def test_the_sound_statistics_and_the_mfcc_view_share_one_stft_with_the_same_answers(version_5) -> None:
+    sounds = version_5.steps.eager.sounds
     assert sounds.shared_stft
     rng = np.random.default_rng(3)
     audio = torch.from_numpy((0.1 * rng.standard_normal((3, 16000))).astype(np.float32))
@@ -95,8 +102,7 @@ def test_spoken_words_go_to_the_speech_half_in_several_languages(encoder) -> Non
         wave = synthesise(binary, Voice(language, "", 50, 160), text, 16000)
         windows.append(np.pad(wave, (0, max(0, 16000 - len(wave))))[:16000])
     bits = np.unpackbits(encoder.encode(windows).codes, axis=1, bitorder="little")
-    assert bits[:, :SPEECH_HALF].any(axis=1).all() and not bits[:, SPEECH_HALF + 64:].any()
-    assert bits[:, SPEECH_HALF:SPEECH_HALF + 64].any(axis=1).all()  # the MFCC view's bits are set for speech
+    assert bits[:, :SPEECH_HALF].any(axis=1).all() and not bits[:, SPEECH_HALF:].any()  # version 6: no view bits
 
 
 @pytest.mark.parametrize("version", ["1", "2"])
@@ -106,9 +112,10 @@ def test_the_previous_defaults_still_answer_for_collections_built_with_them(enco
     assert previous.name == encoder.name == "general-audio" and previous.version == version != encoder.version
     assert previous.views is None and (previous.dim, previous.bits) == (512, 512)
     assert specs["general-audio"].source == specs[f"general-audio@{encoder.version}"].source
-    rng = np.random.default_rng(2)
-    window = [(0.1 * rng.standard_normal(16000)).astype(np.float32)]
-    assert previous.encode(window).floats.shape == (1, 512) != encoder.encode(window).floats.shape
+    t = np.arange(16000, dtype=np.float32) / 16000
+    window = [(0.3 * np.sin(2 * np.pi * 180 * t * (1 + 0.3 * t))).astype(np.float32)]
+    assert previous.encode(window).floats.shape == encoder.encode(window).floats.shape == (1, 512)
+    assert not np.allclose(previous.encode(window).floats, encoder.encode(window).floats)
 
 
 def test_version_3_keeps_version_2s_branches_and_router() -> None:
@@ -138,9 +145,10 @@ def test_version_4_is_version_3_with_only_its_router_fitted_again() -> None:
     np.testing.assert_array_equal(version_4.encode(windows).codes, previous.encode(windows).codes)  # both sound windows
 
 
-def test_version_5_changes_only_the_speech_branch_a_weight_average_of_fine_tunes(encoder) -> None:
+def test_version_5_changes_only_the_speech_branch_a_weight_average_of_fine_tunes(version_5) -> None:
     """Version 5 averages six fine-tunes' speech branches (one is version 2's); its sounds branch and router are
     version 4's, so a sound window's code is the same; a speech window's is not."""
+    encoder = version_5
     version_4, version_2 = create_encoder("general-audio@4", discover()), create_encoder("general-audio@2", discover())
     assert encoder.version == "5" and len(encoder.config["speech_soup"]["of"]) == 6
     assert encoder.config["speech_soup"]["of"][0]["path"] == "app/assets/models/general-audio@2"
@@ -154,6 +162,17 @@ def test_version_5_changes_only_the_speech_branch_a_weight_average_of_fine_tunes
     rng = np.random.default_rng(5)
     windows = [(0.1 * rng.standard_normal(16000)).astype(np.float32), np.zeros(16000, np.float32)]
     np.testing.assert_array_equal(encoder.encode(windows).codes, version_4.encode(windows).codes)  # sound windows
+
+
+def test_version_6_keeps_version_5s_sounds_branch_and_router(encoder, version_5) -> None:
+    """Version 6 swaps the speech branch only (``--speech-swap-into``): sound windows get version 5's codes."""
+    assert encoder.config["speech_swap"]["sounds_and_router_from"]["version"] == "5"
+    for ours, theirs in ((encoder.sounds.net, version_5.sounds.net), (encoder.router, version_5.router)):
+        assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
+    rng = np.random.default_rng(6)
+    windows = [(0.1 * rng.standard_normal(16000)).astype(np.float32), np.zeros(16000, np.float32)]
+    np.testing.assert_array_equal(encoder.encode(windows).codes, version_5.encode(windows).codes)
+    np.testing.assert_array_equal(encoder.speech_probability(windows), version_5.speech_probability(windows))
 
 
 def test_version_4_sends_generated_non_speech_it_never_saw_to_the_sounds_half(encoder) -> None:
