@@ -6,8 +6,9 @@ code, so an IVF that cannot be trusted is simply rebuilt from them.
 
 Why no direct map (``make_direct_map``): FAISS' hash-table map costs ~50 bytes per code (more than
 a 256-bit code) to make ``remove_ids`` O(removed). Without it a removal scans the ids of every
-list (8 bytes per code, in parallel over lists: ~5 ms per 10^6 codes), and the caller passes only
-ids it knows are present, so replays and upserts of new ids never pay it.
+list (8 bytes per code; removing 100 ids from 10^6 codes took 3 ms, and 19 ms on a busy machine:
+bench/results/index_kinds.json), and the caller passes only ids it knows are present, so replays
+and upserts of new ids never pay it.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from app.index.base import PAD_ID, SnapshotError
 from app.index.binary_index import HAMMING_PAD
 from app.index.kinds import MIN_POINTS_PER_LIST, default_nprobe
 
-# k-means on at most this many codes per list: FAISS' default (256) makes training of 4096 lists
-# read a million codes for 10 iterations; 64 places centroids as well for a Hamming IVF
-# (recall@10 within 0.005 in bench/index_kinds.py) at a quarter of the time.
+# k-means on at most this many codes per list (a random sample): FAISS' default of 256 would make
+# training 4096 lists read a million codes for each of its 10 iterations, four times the cost of this.
+# The recalls in bench/results/index_kinds.json were measured with this sample size (the effect of a
+# larger sample was not measured).
 TRAIN_POINTS_PER_LIST = 64
 _MAGIC = b"RECALLIV"
 _VERSION = 1

@@ -8,12 +8,14 @@
   ivf, trained in the background while flat keeps answering.
 
 Why IVF and not HNSW or multi-index hashing (bench/index_kinds.py, bench/results/index_kinds.json,
-clustered 256- and 512-bit codes): at equal recall@10 IVF and HNSW answer in about the same time,
-but ``IndexBinaryHNSW`` cannot remove a vector (a delete or upsert would need tombstones and an
-ever-growing graph) and costs 2 x M x 4 bytes of links per code (256 bytes at M=32, eight times a
-256-bit code); ``IndexBinaryMultiHash`` supports no removal either and needs nflip=2 (slower than
-IVF) to pass recall 0.9 on 256-bit codes. IVF removes ids natively, stores a code plus an 8-byte id,
-and its one knob (nprobe) trades recall for time predictably.
+clustered 256- and 512-bit codes, one query at a time): at 10^6 x 256 bits IVF (4096 lists, nprobe 64)
+reaches recall@10 0.99 against exact flat search in 0.17 ms, where ``IndexBinaryHNSW`` (M=32) reaches
+0.93 at efSearch 128 in 0.31 ms and took longer to build (231 s against 171 s); ``IndexBinaryMultiHash``
+needs nflip=2 and 16 tables for 0.985, at 96 ms, slower than the flat scan (1.3 ms). Besides, HNSW cannot
+remove a vector (deletes and upserts would need tombstones and an ever-growing graph) and costs
+2 x M x 4 bytes of links per code (256 bytes at M=32, eight times a 256-bit code), and multi-hash has
+no removal either; IVF removes ids natively, stores a code plus an 8-byte id, and its one knob
+(nprobe) trades recall for time predictably.
 """
 
 from __future__ import annotations
