@@ -136,11 +136,12 @@ def test_loco_targets_use_the_baselines_of_their_own_run() -> None:
         return {r["what"].rsplit(" ", 1)[1]: (r["needed"], r["met"]) for r in targets(results, "ga", {}, None, loco_runs)
                 if r["what"].startswith("loco")}
 
-    assert loco_rows(None) == {"(float)": (">= 0.500", True), "(hamming)": (">= 0.500", True)}
+    # issue 37: a leave-one-corpus-out row needs 1.3x the best training-free baseline
+    assert loco_rows(None) == {"(float)": (">= 0.650", False), "(hamming)": (">= 0.650", False)}
     margins = {r["what"]: r["margin"] for r in targets(results, "ga", {}, None, runs) if r["what"].startswith("loco")}
-    assert margins == {"loco: without fsdd on fsdd_unseen_words above the best baseline (float)": "-0.100",
-                       "loco: without fsdd on fsdd_unseen_words above the best baseline (hamming)": "-0.150"}
-    assert loco_rows(runs) == {"(float)": (">= 0.700", False), "(hamming)": (">= 0.700", False)}
+    assert margins == {"loco: without fsdd on fsdd_unseen_words >= 1.3x the best baseline (float)": "-0.310",
+                       "loco: without fsdd on fsdd_unseen_words >= 1.3x the best baseline (hamming)": "-0.360"}
+    assert loco_rows(runs) == {"(float)": (">= 0.910", False), "(hamming)": (">= 0.910", False)}
 
 
 def test_loco_only_merges_its_rows_and_leaves_every_other_row(data: Path, loco_dir: Path, tmp_path: Path) -> None:
@@ -174,7 +175,7 @@ def test_loco_only_merges_its_rows_and_leaves_every_other_row(data: Path, loco_d
     assert set(run["baselines"]) == {"mfcc-levin", "logmel-mean-std", "audio-baseline"}
     loco_targets = [t for t in after["targets"] if t["what"].startswith("loco: without fsdd")]
     assert len(loco_targets) == 4  # two sets x float, Hamming
-    assert all(t["needed"] == f">= {max(b['fsdd_unseen_speakers']['float'] for b in run['baselines'].values()):.3f}"
+    assert all(t["needed"] == f">= {1.3 * max(b['fsdd_unseen_speakers']['float'] for b in run['baselines'].values()):.3f}"
                for t in loco_targets if "fsdd_unseen_speakers" in t["what"])
     md = (out / "generalisation.md").read_text()
     assert "## Leave-one-corpus-out runs" in md and "recall train general-audio --without fsdd --out X" in md
