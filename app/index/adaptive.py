@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -72,6 +72,9 @@ class AdaptiveBinaryIndex:
         self._failed_at = 0  # size at which the last build failed (retried only after growth)
         self.last_build_s: float | None = None
         self.last_error: str | None = None
+        # called (on the build thread) once a new IVF answers: its owner marks a snapshot as due, so that
+        # a restart loads the IVF instead of training it again
+        self.on_published: Callable[[], None] | None = None
 
     # --- the VectorIndex interface ---------------------------------------------------------
 
@@ -229,6 +232,8 @@ class AdaptiveBinaryIndex:
                 self.ivf = ivf
             self.last_build_s = time.perf_counter() - started
             self.last_error = None
+            if self.on_published is not None:
+                self.on_published()
             log.info("IVF of %d codes (%d lists) built in %.1f s", len(ivf), ivf.nlist, self.last_build_s)
         except Exception as exc:  # noqa: BLE001 - flat keeps answering; the failure is reported in describe()
             with self._mutex:

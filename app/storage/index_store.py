@@ -59,12 +59,16 @@ class CollectionIndex:
     def _new_binary(self) -> AdaptiveBinaryIndex:
         return AdaptiveBinaryIndex(self.collection.bits, self.shards, self.collection.index_spec, self.auto_windows)
 
+    def _ivf_published(self) -> None:
+        self.unsnapshotted += 1  # the next snapshot (at the latest on shutdown) saves the new IVF
+
     def _new(self, kind: str) -> AdaptiveBinaryIndex | FloatIndex:
         return self._new_binary() if kind == "binary" else FloatIndex(self.collection.dim, shards=self.shards)
 
     def maybe_build(self) -> None:
         """Start training the collection's IVF in the background when its kind and size ask for one."""
         if self.binary is not None:
+            self.binary.on_published = self._ivf_published
             self.binary.maybe_build()
 
     def describe_index(self) -> dict[str, Any] | None:

@@ -38,6 +38,11 @@ def test_ivf_collection_round_trip(tmp_path) -> None:
         index.apply(catalog.upsert_items("c", _items(codes[start : start + 2000], start)))
     assert index.binary.wait_for_build(120)
     assert index.describe_index()["answering"] == "ivf"
+    # a new IVF makes a snapshot due, writes or not (a restart then loads it instead of training it)
+    index.snapshot(catalog)
+    index.binary.ivf = None
+    index.maybe_build()
+    assert index.binary.wait_for_build(120) and index.unsnapshotted == 1
     # a delete through the catalog: never returned, by any nprobe
     index.apply(catalog.delete_item("c", "i0"))
     gone = np.arange(1, 101)  # segment ids of i0 (the catalog numbers segments from 1)
