@@ -26,6 +26,9 @@ def test_wheel_carries_default_checkpoints_and_web_page(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     checkpoints = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "app/assets/models").rglob("*") if p.is_file())
     assert checkpoints and set(checkpoints) <= names
+    # the default audio encoder's pretrained front-end (converted weights) ships too
+    assert {"app/assets/frontends/speech-embedding/weights.safetensors",
+            "app/assets/frontends/speech-embedding/config.json"} <= names
     assert "app/web/static/index.html" in names
     assert {"recall/__init__.py", "recall/client.py"} <= names  # the client: `from recall import RecallClient`
     # every module ships (a folder without __init__.py would be left out of the wheel silently)
