@@ -7,7 +7,7 @@
 #
 # serve: python3-venv (the venv), ffmpeg (PyAV decoding of MP3/M4A/WebM), libsndfile1
 #        (soundfile), espeak-ng (the demo's speech).
-# test:  the above and sox, flite (the training tests' second synthesiser), chromium + chromium-driver (the page tests drive Debian's chromium),
+# test:  the above and sox, chromium + chromium-driver (the page tests drive Debian's chromium),
 #        fonts-dejavu-core (text in the browser screenshots), postgresql (the cluster tests start
 #        a throwaway server from /usr/lib/postgresql/*/bin), make.
 #
@@ -16,7 +16,7 @@
 set -euo pipefail
 
 SERVE_PACKAGES=(python3-venv ffmpeg libsndfile1 espeak-ng)
-TEST_PACKAGES=("${SERVE_PACKAGES[@]}" sox flite chromium chromium-driver fonts-dejavu-core postgresql make)
+TEST_PACKAGES=("${SERVE_PACKAGES[@]}" sox chromium chromium-driver fonts-dejavu-core postgresql make)
 PYTHON=${PYTHON:-python3}
 
 case "${1:-}" in

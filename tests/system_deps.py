@@ -39,7 +39,6 @@ REQUIREMENTS: dict[str, tuple[str, Callable[[], object]]] = {
     "ffmpeg": ("ffmpeg", lambda: shutil.which("ffmpeg")),
     "sox": ("sox", lambda: shutil.which("sox")),
     "espeak-ng": ("espeak-ng", lambda: shutil.which("espeak-ng")),
-    "flite": ("flite", lambda: shutil.which("flite")),
     "chromium": ("chromium", lambda: os.access(CHROMIUM, os.X_OK)),
     "chromedriver": ("chromium-driver", lambda: shutil.which("chromedriver")),
     "postgresql": ("postgresql", postgres_bin),

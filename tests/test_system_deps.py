@@ -19,7 +19,7 @@ from tests.system_deps import MISSING, missing_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "system_deps.sh"
-TEST_PACKAGES = "python3-venv ffmpeg libsndfile1 espeak-ng sox flite chromium chromium-driver fonts-dejavu-core postgresql make"
+TEST_PACKAGES = "python3-venv ffmpeg libsndfile1 espeak-ng sox chromium chromium-driver fonts-dejavu-core postgresql make"
 
 
 def _fake_bin(tmp_path: Path, *, uid: int, installed: str) -> Path:
@@ -58,7 +58,7 @@ def test_everything_installed_passes_silently(tmp_path: Path) -> None:
 def test_non_root_is_refused_with_the_exact_command(tmp_path: Path) -> None:
     result = _run_script(tmp_path, "test", uid=1000, installed="python3-venv libsndfile1 fonts-dejavu-core")
     assert result.returncode == 1
-    missing = "ffmpeg espeak-ng sox flite chromium chromium-driver postgresql"
+    missing = "ffmpeg espeak-ng sox chromium chromium-driver postgresql"
     command = f"sudo apt-get update && sudo apt-get install -y --no-install-recommends {missing}"
     assert command in result.stderr, result.stderr
     assert "make test needs Debian packages that are not installed" in result.stderr

@@ -38,10 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from app.training import synth_flite
 # the held-out parts are read from here by the bench and the post-hoc steps (``recipe.ASC_HOLDOUT_SPEAKERS``)
 from app.training.general_audio_data import (
-    ASC_HOLDOUT_SPEAKERS, ASC_HOLDOUT_WORDS, CORPORA, ESC_HOLDOUT_CLASSES, FLITE_KEYS, FSDD_HOLDOUT_SPEAKERS,
+    ASC_HOLDOUT_SPEAKERS, ASC_HOLDOUT_WORDS, CORPORA, ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS,
     FSDD_HOLDOUT_WORDS, SPEECH_RATE, SPEED_FACTORS, speed_perturbed, synthesise, training_manifests,
 )
 
@@ -71,7 +70,7 @@ def speech_argv(data: Path, manifests: dict[str, Path], synth: dict[str, Path], 
         return ["--manifest", str(data / "asc" / "asc.csv"), "--holdout", ",".join(ASC_HOLDOUT_SPEAKERS),
                 *common, "--init-from", str(args.speech_init), "--mining", "semihard", "--gamma", "0.0005",
                 "--quant-warmup", "0", "--lr", "0.0005", "--keep", "last", "--lr-patience", "0",
-                *[a for path in [*extra, synth["digits"], *[synth[k] for k in FLITE_KEYS if k in synth]] for a in ("--extra-manifest", str(path))]]
+                *[a for path in [*extra, synth["digits"]] for a in ("--extra-manifest", str(path))]]
     speech = [manifests[k] for k in ("asc", "fsdd") if k in manifests] + list(synth.values())
     main, extra = speech[0], speech[1:]  # held-out speakers and words are already out of these manifests
     return ["--manifest", str(main), *common, *[a for path in extra for a in ("--extra-manifest", str(path))]]
@@ -296,7 +295,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mfcc-bits", type=int, default=0,
                    help="with --views-from: append the downsampled-MFCC view with this many code bits (multiple of 8)")
     p.add_argument("--digit-voices", type=int, default=48, help="espeak-ng voices per English digit word")
-    synth_flite.add_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1,

@@ -3,9 +3,8 @@
 The held-out speakers, words and classes (constants below) are what bench/audio_generalisation.py
 scores on, so every manifest here leaves them out; ``without`` leaves a whole corpus out for the
 leave-one-corpus-out runs. Synthetic speech: espeak-ng's made-up words in 30 languages and English
-everyday words (app/training/synth_pseudowords.py, app/training/synth_speech.py), English digits in
-many voices, and, when asked for, the same from flite's voices of real speakers
-(app/training/synth_flite.py). Each file is made once in the work folder and reused by a resumed run.
+everyday words (app/training/synth_pseudowords.py, app/training/synth_speech.py) and English digits in
+many voices. Each file is made once in the work folder and reused by a resumed run.
 """
 
 from __future__ import annotations
@@ -74,8 +73,7 @@ def synthesise(work: Path, args: argparse.Namespace) -> dict[str, Path]:
     if not english.is_file():
         synthesise_words(list(DEFAULT_WORDS)[: args.english_words], args.english_voices, SPEECH_RATE, english.parent,
                          seed=args.seed)
-    synth = {"pseudo": pseudo, "synth-en": english, "digits": synthesise_digits(work, args.digit_voices, args.seed)}
-    return synth | flite_manifests(work, args)
+    return {"pseudo": pseudo, "synth-en": english, "digits": synthesise_digits(work, args.digit_voices, args.seed)}
 
 
 def speed_perturbed(manifest: Path, work: Path, factors: tuple[float, ...]) -> Path:
@@ -102,39 +100,18 @@ def speed_perturbed(manifest: Path, work: Path, factors: tuple[float, ...]) -> P
     return _write_manifest(out, rows)
 
 
-def synthesise_digits(work: Path, voices: int, seed: int, synthesiser: str = "espeak-ng") -> Path:
-    """English digits in many espeak-ng (or flite) voices, labelled as FSDD labels them ("digit:N") so that
-    a real speaker's "three" and a synthetic one's are positives of each other: many voices per word is what
-    two real FSDD speakers cannot give. The held-out digit words are not synthesised into training."""
-    from app.training import synth_flite, synth_speech
+def synthesise_digits(work: Path, voices: int, seed: int) -> Path:
+    """English digits in many espeak-ng voices, labelled as FSDD labels them ("digit:N") so that a real
+    speaker's "three" and a synthetic one's are positives of each other: many voices per word is what two
+    real FSDD speakers cannot give. The held-out digit words are not synthesised into training."""
+    from app.training.synth_speech import synthesise_words
 
-    folder, train, make = {"espeak-ng": ("synth-digits", "digits-train.csv", synth_speech.synthesise_words),
-                           "flite": ("flite-digits", "flite-digits-train.csv", synth_flite.synthesise_words)}[synthesiser]
-    raw, out = work / folder / "manifest.csv", work / train
+    raw, out = work / "synth-digits" / "manifest.csv", work / "digits-train.csv"
     if not raw.is_file():
-        make(list(DIGIT_WORDS), voices, SPEECH_RATE, raw.parent, seed=seed)
+        synthesise_words(list(DIGIT_WORDS), voices, SPEECH_RATE, raw.parent, seed=seed)
     rows = []
     for r in _rows(raw):
         digit = str(DIGIT_WORDS.index(r["label"].split(":", 1)[1]))
         if digit not in FSDD_HOLDOUT_WORDS:
             rows.append((str((raw.parent / r["path"]).resolve()), "digit:" + digit, "synth:" + r["speaker"]))
     return _write_manifest(out, rows)
-
-
-FLITE_KEYS = ("flite-digits", "flite-words")
-
-
-def flite_manifests(work: Path, args: argparse.Namespace) -> dict[str, Path]:
-    """The flite extras asked for (app/training/synth_flite.py): digits and everyday English words."""
-    from app.training.synth_flite import synthesise_words
-    from app.training.synth_speech import DEFAULT_WORDS
-
-    out = {}
-    if args.flite_digit_voices:
-        out["flite-digits"] = synthesise_digits(work, args.flite_digit_voices, args.seed, "flite")
-    if args.flite_word_voices:
-        out["flite-words"] = work / "flite-words" / "manifest.csv"
-        if not out["flite-words"].is_file():
-            synthesise_words(list(DEFAULT_WORDS), args.flite_word_voices, SPEECH_RATE, out["flite-words"].parent,
-                             seed=args.seed)
-    return out

@@ -243,7 +243,7 @@ def run_synthesis(jobs: list, make, out: Path, workers: int, binary: str, record
         writer.writeheader()
         writer.writerows(rows)
     version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
-    # the synthesiser's version under its own name ("espeak_ng", "flite")
+    # the synthesiser's version under its own name ("espeak_ng")
     tool = Path(binary).name.replace("-", "_")
     (out / "synth.json").write_text(json.dumps({**record, tool: version, "clips": len(rows)}, indent=2) + "\n")
     return manifest
