@@ -31,7 +31,14 @@ FLOOR = -0.4  # the graph clamps every activation from below: max(leaky_relu(x),
 
 
 class LogMel(torch.nn.Module):
-    """(B, samples) 16 kHz in [-1, 1] -> (B, frames, 32), already ``mel / 10 + 2``."""
+    """(B, samples) 16 kHz in [-1, 1] -> (B, frames, 32), already ``mel / 10 + 2``.
+
+    The graph computes the STFT as two 512-tap convolutions whose rows are ``cos`` and ``-sin`` times its
+    analysis window (a 400-sample Hann, zero-padded to 512): the convolutions' DC row *is* that window. An
+    FFT of the windowed frames is the same transform at a fraction of the cost (1.3 -> ~0.3 ms for a 1.4 s
+    window on one core); the stored rows agree with exact ``cos``/``sin`` to 8e-5, so the two differ by far
+    less than the 0.01 dB the tests allow. The convolution rows stay in the weights file, loaded strictly.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -42,10 +49,9 @@ class LogMel(torch.nn.Module):
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         if wave.shape[-1] < MEL_WIN:
             wave = F.pad(wave, (0, MEL_WIN - wave.shape[-1]))
-        x = (wave * PCM_SCALE).unsqueeze(1)
-        real = F.conv1d(x, self.dft_real, stride=MEL_HOP)
-        imag = F.conv1d(x, self.dft_imag, stride=MEL_HOP)
-        power = (real.square() + imag.square()).transpose(1, 2) @ self.mel  # (B, frames, 32)
+        frames = (wave * PCM_SCALE).unfold(-1, MEL_WIN, MEL_HOP) * self.dft_real[0, 0]  # the window
+        spectrum = torch.fft.rfft(frames, n=MEL_WIN)
+        power = (spectrum.real.square() + spectrum.imag.square()) @ self.mel  # (B, frames, 32)
         db = 10.0 * torch.log10(power.clamp_min(1e-10))
         # the 80 dB floor is relative to each clip's loudest bin (the graph reduces over its one clip)
         top = db.amax(dim=(1, 2), keepdim=True)
