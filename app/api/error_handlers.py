@@ -64,7 +64,7 @@ def _safe_body(body: dict[str, Any]) -> dict[str, Any]:
 
     Validation details repeat the offending input and carry exception objects (``ctx.error``); an
     error about a NaN, a 1e400 or a lone surrogate once failed to serialise and became a 500
-    instead of the 4xx it was. Strict JSON parsing (app/api/strict_json.py) keeps most such values
+    instead of the 4xx it was. Strict JSON parsing (app/api/strict.py) keeps most such values
     out; this is the net for the rest (form fields, query strings).
     """
     try:

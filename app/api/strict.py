@@ -1,4 +1,6 @@
-"""Request JSON as RFC 8259 defines it, for every body the service parses (FastAPI models and its own).
+"""Requests as the OpenAPI document states them: strict JSON bodies, one value per scalar query parameter.
+
+**JSON as RFC 8259 defines it**, for every body the service parses (FastAPI models and its own).
 
 Python's ``json.loads`` accepts more than JSON, and each extra let a request reach the core with a
 value nothing there can hold (all found by the schemathesis fuzz, tests/api/test_bad_input.py):
@@ -11,6 +13,9 @@ value nothing there can hold (all found by the schemathesis fuzz, tests/api/test
   ValueError / RecursionError instead of a parse error.
 
 All of these answer 400 bad_request here, before any field is looked at.
+
+**A query parameter the document gives one value takes one value.** ``?qid=a&qid=b`` was answered
+as if only the last had been sent; it is a 422 now, as any other value outside the document.
 """
 
 from __future__ import annotations
@@ -18,12 +23,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Callable, Coroutine
+from types import UnionType
+from typing import Any, Callable, Coroutine, Union, get_args, get_origin
 
 from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
 
-from app.errors import BadRequest
+from app.errors import BadRequest, InvalidInput
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -84,13 +90,32 @@ class _StrictRequest(Request):
         return self._json
 
 
-class StrictJSONRoute(APIRoute):
-    """The route class of every API router: FastAPI parses model bodies with :func:`loads`."""
+def _takes_many(annotation: Any) -> bool:
+    """Whether a query parameter's type is a list (``?x=1&x=2``), through ``Optional``."""
+    origin = get_origin(annotation)
+    if origin in (Union, UnionType):
+        return any(_takes_many(arg) for arg in get_args(annotation) if arg is not type(None))
+    return origin in (list, tuple, set, frozenset) or annotation in (list, tuple, set, frozenset)
+
+
+class StrictRoute(APIRoute):
+    """The route class of the API routers: FastAPI parses model bodies with :func:`loads`, and a
+    scalar query parameter sent more than once is a 422. A route with neither (search, which reads
+    its own body) keeps FastAPI's handler as it is: nothing is added to the hot path."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        scalars = [p.alias for p in self.dependant.query_params if not _takes_many(p.field_info.annotation)]
+        if self.body_field is None and not scalars:
+            return handler
 
         async def strict_handler(request: Request) -> Response:
-            return await handler(_StrictRequest(request.scope, request.receive))
+            repeated = [name for name in scalars if len(request.query_params.getlist(name)) > 1]
+            if repeated:
+                raise InvalidInput(f"query parameter {repeated[0]!r} was given {len(request.query_params.getlist(repeated[0]))} "
+                                   "times; it takes one value", details={"parameters": repeated})
+            if self.body_field is not None:
+                request = _StrictRequest(request.scope, request.receive)
+            return await handler(request)
 
         return strict_handler

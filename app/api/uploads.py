@@ -11,13 +11,13 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 from starlette.datastructures import UploadFile
 
-from app.api import strict_json
+from app.api import strict
 from app.errors import BadRequest, InvalidInput
 from app.media.decode import Upload
 
 
 async def read_json(request: Request) -> Any:
-    return strict_json.loads(await request.body())  # no NaN, lone surrogates, ... (app/api/strict_json.py)
+    return strict.loads(await request.body())  # no NaN, lone surrogates, ... (app/api/strict.py)
 
 
 def decode_base64(value: str, what: str) -> bytes:
@@ -110,7 +110,7 @@ def _form_ids(raw: Any, n: int) -> list[str | None]:
 def _form_metadata(raw: Any, n: int) -> list[dict[str, Any]]:
     if raw is None or raw == "":
         return [{} for _ in range(n)]
-    value = strict_json.loads(str(raw), "'metadata'")
+    value = strict.loads(str(raw), "'metadata'")
     if isinstance(value, dict) and n == 1:
         value = [value]
     if not isinstance(value, list) or len(value) != n or not all(isinstance(v, dict) for v in value):
@@ -125,7 +125,7 @@ def form_fields(form: Any, fields: set[str]) -> dict[str, Any]:
         if isinstance(value, UploadFile) or key not in fields:
             continue
         if key == "filter":
-            value = strict_json.loads(value, "'filter'") if value else {}
+            value = strict.loads(value, "'filter'") if value else {}
         data[key] = value
     unknown = {k for k, v in form.multi_items() if not isinstance(v, UploadFile)} - fields
     if unknown:

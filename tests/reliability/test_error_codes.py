@@ -247,6 +247,8 @@ PROVOKE: dict[tuple[str, str, int], Callable] = {
     ("POST", JUDGMENTS, 507): disk_full,
     ("GET", JUDGMENTS, 401): unauthorized,
     ("GET", JUDGMENTS, 404): unknown_collection,
+    # one value per scalar query parameter (app/api/strict.py); found by the fuzz as accepted negative data
+    ("GET", JUDGMENTS, 422): lambda ctx, r: send(ctx, r, params=[("qid", "a"), ("qid", "b")]),
     ("GET", JUDGMENTS, 503): unavailable,
     ("POST", JUDGMENTS + "/runs", 400): malformed,
     ("POST", JUDGMENTS + "/runs", 401): unauthorized,

@@ -1,138 +1,72 @@
-"""Schemathesis over every route of the OpenAPI document, with and without an API key.
+"""Schemathesis over every route of the OpenAPI document: examples, coverage, fuzzing and stateful.
 
-Against the real service on loopback (uvicorn, API keys on, a few seeded collections, items and a
-job), every operation gets generated requests - valid and invalid path parameters, query strings,
-JSON and multipart bodies - and every response is checked by schemathesis: no 5xx, a status code
-the route documents, the documented content type, and a body matching the documented schema (the
-one error shape for every error). Generation is derandomised and bounded per route, so a run is
-repeatable and its cost fixed; a failure prints the request that reproduces it.
+Against the real service on loopback (uvicorn, API keys on, a collection of audio and one of images
+seeded under fixed names, a job, a key), every operation gets generated requests - the document's
+examples (the seeded names are the path examples), boundary and invalid values of every parameter
+(coverage), and generated ones (fuzzing: path parameters mix in the seeded names and ids, bodies mix
+in real media) - with and without an API key. The stateful phase then drives sequences along the
+document's links (app/api/links.py): create a collection, ingest into it, read, search by and judge
+the item, delete it and read it again. Every response is checked by schemathesis: no 5xx, a status
+code the route documents, the documented content type, a body matching the documented schema (the
+one error shape for every error), negative data refused, a deleted item gone, a created one there.
+
+The seeding, hooks and excluded checks are bench/fuzz.py's, which runs the same for minutes
+(``python -m bench.fuzz --minutes 20``). Generation is derandomised and bounded, so a run is
+repeatable and its cost fixed (about a minute on 2 cores); a failure prints the request that
+reproduces it, and each failure found so far has a regression test in tests/api/test_bad_input.py.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import tempfile
-from collections import defaultdict
+import time
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import httpx
+import hypothesis
+import hypothesis.errors
 import pytest
 import schemathesis
-from schemathesis.config import HealthCheck
-from hypothesis import strategies as st
 from schemathesis.specs.openapi.checks import allow_header_conformance, negative_data_rejection, positive_data_acceptance
 
 from app.main import create_app
-from tests.conftest import make_settings, png_bytes, tone_wav
+from bench.fuzz import KEY, REPLACED, build_schema, fuzz_document, seed, service_settings
 from tests.live_server import live_server
 
-KEY = "fuzz-key-1"
 # examples per route and generation mode (positive, negative): ~25 routes x 2 modes x this
 MAX_EXAMPLES = 20
 # the same bounded search without a key: every /v1 route answers 401 before reading anything
 MAX_EXAMPLES_NO_KEY = 5
+# stateful: scenarios, and steps per scenario (a scenario follows links from a root operation)
+SCENARIOS = 120
+STEPS = 10
+STATEFUL_SECONDS = 30  # at most, restarts (see the test) included: a loaded machine runs fewer scenarios
 
-# seeded values the path-parameter strategies mix in, so generated requests reach real
-# collections, items and jobs instead of only answering 404
-NAMES = ["fz-audio", "fz-image"]
-STORED = [{"name": "fz-audio", "item_id": i} for i in ("a1", "a2", "sub/dir.wav")] + [{"name": "fz-image", "item_id": "i1"}]
-# what the DELETE routes may remove: a whole collection, or one item of fz-audio
-SCRATCH = {"/v1/collections/{name}": {"name": "fz-scratch"},
-           "/v1/collections/{name}/items/{item_id}": {"name": "fz-audio", "item_id": "scratch-item"},
-           "/v1/keys/{key_id}": {"key_id": "set-by-seed"}}  # a key made by _seed (ids are random)
-
-
-_MEDIA = [("fz-audio", tone_wav(440)), ("fz-audio", tone_wav(523, seconds=2.0)), ("fz-image", png_bytes((20, 40, 200)))]
-# (collection, body) pairs a route accepts; flatmap_case swaps them into some positive cases
-CLEAN_BODIES = {
-    ("POST", "/v1/collections/{name}/items", "multipart/form-data"): [(c, {"files": [m]}) for c, m in _MEDIA],
-    ("POST", "/v1/collections/{name}/items", "application/json"): [
-        (c, {"items": [{"id": "fz-new", "content_base64": base64.b64encode(m).decode()}]}) for c, m in _MEDIA],
-    ("POST", "/v1/collections/{name}/search", "multipart/form-data"): [(c, {"file": m, "k": 3}) for c, m in _MEDIA],
-    ("POST", "/v1/collections/{name}/search", "application/json"): [("fz-audio", {"item_id": i, "k": 3}) for i in ("a1", "a2")],
-    ("POST", "/v1/collections/{name}/judgments", "application/json"): [
-        ("fz-audio", {"qid": "q1", "doc": i, "grade": 2}) for i in ("a1", "a2")],
-    ("POST", "/v1/collections/{name}/judgments/runs", "application/json"): [
-        ("fz-audio", {"qid": "q1", "runs": {"a": [{"id": "a1", "score": 1.0}], "b": [{"id": "a2", "score": 0.5}]}})],
-}
-
-
-def _seed(url: str) -> dict[str, list[str]]:
-    with httpx.Client(base_url=url, headers={"X-API-Key": KEY}, timeout=60) as http:
-        for name, modality in [("fz-audio", "audio"), ("fz-image", "image"), ("fz-scratch", "audio")]:
-            http.post("/v1/collections", json={"name": name, "modality": modality}).raise_for_status()
-        files = [("files", ("a1.wav", tone_wav(440))), ("files", ("a2.wav", tone_wav(660))),
-                 ("files", ("sub.wav", tone_wav(880))), ("files", ("scratch.wav", tone_wav(300)))]
-        http.post("/v1/collections/fz-audio/items", files=files[:3], data={
-            "ids": "a1,a2,sub/dir.wav", "metadata": json.dumps([{"speaker": "x"}, {"speaker": "y"}, {}])}).raise_for_status()
-        http.post("/v1/collections/fz-audio/items", files=[files[3]], data={"ids": "scratch-item"}).raise_for_status()
-        http.post("/v1/collections/fz-image/items", files=[("files", ("i1.png", png_bytes((200, 30, 30))))],
-                  data={"ids": "i1"}).raise_for_status()
-        SCRATCH["/v1/keys/{key_id}"]["key_id"] = http.post("/v1/keys", json={"scopes": ["read"]}).raise_for_status().json()["id"]
-        job = http.post("/v1/collections/fz-audio/items?wait=false", files=[("files", ("j.wav", tone_wav(500)))])
-        assert job.status_code == 202, job.text
-        return {"job_id": [job.json()["id"]]}
-
+# The key in both documented schemes, overriding whatever was generated for them: a junk
+# Authorization beside a valid X-API-Key (which wins) is accepted, and schemathesis read that as
+# accepted negative data. Requests without a valid key are the keyless test's.
+KEYED = {"X-API-Key": KEY, "Authorization": f"Bearer {KEY}"}
 
 # the document is built without starting the service (create_app runs nothing heavy), so each
 # route becomes its own test at collection; the test below checks the served one is the same
-SPEC = create_app(make_settings(Path(tempfile.gettempdir()) / "recall-fuzz-spec", api_keys=[KEY])).openapi()
+SPEC = create_app(service_settings(Path(tempfile.gettempdir()) / "recall-fuzz-spec" / "data")).openapi()
+FUZZED = fuzz_document(SPEC)  # plus the seeded names as path examples
 SEEDED: dict[str, list[str]] = {}  # filled by the fixture: ids only known once the service runs
-REPLACED: set[int] = set()  # cases whose body flatmap_case swapped for a known-valid one
 SEEN: dict[str, set[int]] = defaultdict(set)  # operation label -> status codes answered (keyed pass)
+FOLLOWED: dict[str, Counter] = defaultdict(Counter)  # link name -> status codes of the requests it fed
 
 
 @pytest.fixture(scope="module")
 def fuzz_service(tmp_path_factory):
-    settings = make_settings(tmp_path_factory.mktemp("fuzz"), api_keys=[KEY],
-                             limits={"max_upload_bytes": 2_000_000, "sync_ingest_files": 3})
-    with live_server(settings) as url:
-        SEEDED.update(_seed(url))
+    with live_server(service_settings(tmp_path_factory.mktemp("fuzz") / "data")) as url:
+        SEEDED.update(seed(url))
         yield url
 
 
-def _build_schema(max_examples: int):
-    schema = schemathesis.openapi.from_dict(SPEC)
+def _bounded(schema, max_examples: int):
     schema.config.generation.update(max_examples=max_examples, deterministic=True)
-    # generation speed depends on how busy the machine is; a slow draw must not fail the run
-    schema.config.suppress_health_check = [HealthCheck.too_slow, HealthCheck.filter_too_much]
-
-    @schema.hook
-    def flatmap_path_parameters(context, path_parameters):
-        # the generated value or one of the seeded ones, equally likely; DELETE routes get only a
-        # scratch target to remove, so the other routes keep their collections and items
-        if not path_parameters:
-            return st.just(path_parameters)
-        if context.operation.method.upper() == "DELETE":
-            return st.sampled_from([path_parameters, SCRATCH[context.operation.path]])
-        if "item_id" in path_parameters:  # a stored item: both parameters must agree
-            return st.one_of(st.just(path_parameters), st.sampled_from(STORED).map(lambda p: {**path_parameters, **p}))
-        defaults = {"name": NAMES}
-        choices = {}
-        for key, value in path_parameters.items():
-            seeded = SEEDED.get(key, defaults.get(key, []))
-            choices[key] = st.sampled_from([value, *seeded]) if seeded else st.just(value)
-        return st.fixed_dictionaries(choices)
-
-    @schema.hook
-    def flatmap_case(context, case):
-        # Generated bodies rarely get past decoding (random bytes) or id lookups; mix in requests
-        # built from real media and stored ids, so the success paths are fuzzed too.
-        clean = CLEAN_BODIES.get((case.operation.method.upper(), case.operation.path, case.media_type))
-        positive = case.meta is not None and case.meta.generation.mode == schemathesis.GenerationMode.POSITIVE
-        if clean is None or not positive or case.method.upper() != case.operation.method.upper():
-            return st.just(case)
-        return st.one_of(st.just(case), st.sampled_from(clean).map(lambda pair: _with_body(case, *pair)))
-
     return schema
-
-
-def _with_body(case, collection, body):
-    case.path_parameters = {**(case.path_parameters or {}), "name": collection}
-    case.body = body
-    REPLACED.add(id(case))
-    return case
 
 
 def _record(schema):
@@ -144,19 +78,22 @@ def _record(schema):
     return schema
 
 
-# Every other built-in check runs. This one expects any schema-valid request to be accepted; but a
-# `format: binary` part is schema-valid whatever its bytes (the service answers 415/422 for what it
-# cannot decode), and cross-field rules (hop_s <= window_s, one id per file) are not expressible in
-# the schema. Invalid requests must still be refused with a 4xx (negative_data_rejection runs).
+# Not run, by design: positive_data_acceptance (see bench/fuzz.py, EXCLUDED_CHECKS). Invalid
+# requests must still be refused with a 4xx: negative_data_rejection runs, except on the cases
+# whose body was swapped for a known-valid one.
 EXCLUDED = [positive_data_acceptance]
 
-keyed = _record(_build_schema(MAX_EXAMPLES))
-keyless = _build_schema(MAX_EXAMPLES_NO_KEY)
+keyed = _record(_bounded(build_schema(FUZZED, seeded=SEEDED), MAX_EXAMPLES))
+keyless = _bounded(build_schema(FUZZED, seeded=SEEDED), MAX_EXAMPLES_NO_KEY)
+# The stateful phase's path parameters come from the links, not from the seeded names; its
+# sequences stay among the collection routes (the others are fuzzed above and link nowhere), so
+# that more of its bounded steps go down create -> ingest -> item chains.
+linked = build_schema(FUZZED, seeded=SEEDED, mix_path_parameters=False, infer_links=False).include(
+    path_regex=r"^/v1/collections")
 
 
 def _excluded(case) -> list:
-    # a swapped-in valid body is no negative test, whatever mode the case was generated in
-    excluded = EXCLUDED + ([negative_data_rejection] if id(case) in REPLACED else [])
+    excluded = EXCLUDED + ([negative_data_rejection] if case.id in REPLACED else [])
     if case.operation.path.endswith("/media"):
         # DELETE .../items/x/media is a real request: it deletes the item "x/media" (ids may hold
         # '/'), so Allow rightly lists DELETE although the document's /media entry has only GET
@@ -168,9 +105,18 @@ def test_the_served_document_is_the_fuzzed_one(fuzz_service):
     assert httpx.get(f"{fuzz_service}/openapi.json").json() == SPEC
 
 
+def test_the_fuzzed_document_names_the_seeded_collections():
+    item = FUZZED["paths"]["/v1/collections/{name}/items/{item_id}"]
+    examples = {(m, p["name"]): p.get("example") for m, op in item.items() for p in op["parameters"] if p["in"] == "path"}
+    assert examples == {("get", "name"): "fz-audio", ("get", "item_id"): "a1",
+                        ("delete", "name"): "fz-audio", ("delete", "item_id"): "scratch-item"}
+    served = SPEC["paths"]["/v1/collections/{name}/items/{item_id}"]["get"]["parameters"]
+    assert not any("example" in p for p in served)  # the served document stays free of test data
+
+
 @keyed.parametrize()
 def test_every_route_with_a_key(case, fuzz_service):
-    case.call_and_validate(base_url=fuzz_service, headers={"X-API-Key": KEY}, excluded_checks=_excluded(case), timeout=60)
+    case.call_and_validate(base_url=fuzz_service, headers=KEYED, excluded_checks=_excluded(case), timeout=60)
 
 
 @keyless.parametrize()
@@ -188,3 +134,54 @@ def test_the_fuzz_reached_every_route_and_its_errors(fuzz_service):
     assert not unreached, f"routes the fuzz never got a success from: {unreached}"
     errors = set().union(*SEEN.values()) - set(range(200, 300))
     assert {400, 404, 422} <= errors, errors
+
+
+class Workflow(linked.as_state_machine()):  # type: ignore[misc]
+    """Sequences along the document's links, every response checked as in the tests above."""
+
+    url = ""
+    scenarios = 0
+
+    def get_call_kwargs(self, case):
+        return {"base_url": self.url, "headers": KEYED, "timeout": 60}
+
+    def validate_response(self, response, case, additional_checks=None, **kwargs):
+        case.validate_response(response, additional_checks=additional_checks, excluded_checks=_excluded(case),
+                               transport_kwargs=kwargs or None, recorder=self.recorder)
+
+    def step(self, input):
+        output = super().step(input)
+        if input.transition is not None and input.is_applied:  # the link's values were used
+            name = input.transition.id.split("] ", 1)[1].split(" -> ", 1)[0]
+            FOLLOWED[name][output.response.status_code] += 1
+        return output
+
+    def teardown(self):
+        type(self).scenarios += 1
+        super().teardown()
+
+
+def test_stateful_sequences_along_the_links(fuzz_service):
+    # Runs last in this module: its sequences may delete the seeded collections (a link from a
+    # listing names them), which the tests above rely on.
+    Workflow.url = fuzz_service
+    deadline = time.monotonic() + STATEFUL_SECONDS
+    while Workflow.scenarios < SCENARIOS and time.monotonic() < deadline:
+        try:
+            # generate only (no shrinking or replay), as schemathesis' own stateful phase: a
+            # scenario's rules depend on what the service answered, so a replay can draw differently
+            Workflow.run(settings=hypothesis.settings(
+                max_examples=SCENARIOS - Workflow.scenarios, stateful_step_count=STEPS, deadline=None,
+                phases=[hypothesis.Phase.generate], database=None, suppress_health_check=list(hypothesis.HealthCheck)))
+        except hypothesis.errors.FlakyStrategyDefinition:
+            continue  # the same: a prefix drawn before met a service that now answers otherwise; go on
+    # The sequences reached the core, not only 404s: collections created along the way got files
+    # and were deleted, most of what can be done with an item ingested in a sequence was done with
+    # it, and a collection or item read again after its delete answered 404 (the schemathesis
+    # check use_after_free fails on anything else; ensure_resource_availability on a created one
+    # that cannot be read).
+    succeeded = {name for name, codes in FOLLOWED.items() if any(200 <= c < 300 for c in codes)}
+    assert {"IngestItems", "DeleteCollection"} <= succeeded, dict(FOLLOWED)
+    item_links = {"ReadItem", "ReadItemMedia", "SearchByItem", "JudgeItem", "DeleteItem"}
+    assert len(item_links & succeeded) >= 3, dict(FOLLOWED)
+    assert FOLLOWED["ReadDeletedItem"][404] + FOLLOWED["ReadDeletedCollection"][404] > 0, dict(FOLLOWED)

@@ -9,12 +9,12 @@ from fastapi import APIRouter, Response
 from app.api.deps import ServicesDep
 from app.api.error_docs import BODY, V1, WRITE_503, error_responses
 from app.api.schemas import CollectionCreate, CollectionPublic, CollectionsPublic
-from app.api.strict_json import StrictJSONRoute
+from app.api.strict import StrictRoute
 from app.encoders.checkpoint import read_config
 from app.encoders.registry import is_versioned
 
-# FastAPI parses this router's model bodies: strictly (no NaN, no lone surrogates; app/api/strict_json.py)
-router = APIRouter(tags=["collections"], route_class=StrictJSONRoute)
+# bodies and query strings exactly as documented (no NaN, no repeated scalar parameter: app/api/strict.py)
+router = APIRouter(tags=["collections"], route_class=StrictRoute)
 
 
 @router.get("/encoders", responses=error_responses(*V1))

@@ -8,8 +8,10 @@ from fastapi import APIRouter
 
 from app.api.deps import ServicesDep
 from app.api.error_docs import error_responses
+from app.api.strict import StrictRoute
 
-router = APIRouter(tags=["demo"])
+# query strings exactly as documented, when a route gets parameters (app/api/strict.py)
+router = APIRouter(tags=["demo"], route_class=StrictRoute)
 
 
 

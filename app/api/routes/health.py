@@ -5,8 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from app.api.strict import StrictRoute
 
-router = APIRouter(tags=["health"])
+
+# query strings exactly as documented, when a route gets parameters (app/api/strict.py)
+router = APIRouter(tags=["health"], route_class=StrictRoute)
 
 
 @router.get("/healthz")

@@ -13,11 +13,13 @@ from app.api.body_docs import INGEST_BODY, INGEST_RESPONSES
 from app.api.deps import JobsDep, ServicesDep
 from app.api.error_docs import BODY, V1, WRITE_503, error_responses
 from app.api.schemas import MAX_OFFSET
+from app.api.strict import StrictRoute
 from app.api.uploads import ingest_uploads
 from app.errors import InvalidInput, NotFound
 from app.usecases.ingest import ingest
 
-router = APIRouter(tags=["items"])
+# query strings exactly as documented (no repeated scalar parameter: app/api/strict.py)
+router = APIRouter(tags=["items"], route_class=StrictRoute)
 
 _MEDIA_TYPES = {
     "wav": "audio/wav", "flac": "audio/flac", "ogg": "audio/ogg", "opus": "audio/ogg", "mp3": "audio/mpeg",

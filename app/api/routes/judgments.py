@@ -11,11 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.deps import ServicesDep
 from app.api.error_docs import BODY, V1, WRITE_503, error_responses
-from app.api.strict_json import StrictJSONRoute
+from app.api.strict import StrictRoute
 from app.usecases.judging import QID_MAX, JudgmentStore
 
-# FastAPI parses this router's model bodies: strictly (no NaN, no lone surrogates; app/api/strict_json.py)
-router = APIRouter(tags=["judgments"], route_class=StrictJSONRoute)
+# bodies and query strings exactly as documented (no NaN, no repeated scalar parameter: app/api/strict.py)
+router = APIRouter(tags=["judgments"], route_class=StrictRoute)
 
 
 def get_store(services: ServicesDep) -> JudgmentStore:
@@ -53,7 +53,7 @@ class JudgmentCreate(BaseModel):
 
 class RankedDoc(BaseModel):
     # no NaN or infinity: the run file's reader refuses a NaN score, so one stored broke every
-    # later read of the file; strict JSON (app/api/strict_json.py) refuses the literals too
+    # later read of the file; strict JSON (app/api/strict.py) refuses the literals too
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     id: str = Field(min_length=1, description="An item id (any characters; whitespace is escaped in the run file)")
@@ -91,7 +91,7 @@ async def create_judgment(name: str, body: JudgmentCreate, services: ServicesDep
     return {"qid": body.qid, "doc": body.doc, "grade": body.grade, "path": str(store.qrels_path(name))}
 
 
-@router.get("/collections/{name}/judgments", responses=error_responses(*V1, 404))
+@router.get("/collections/{name}/judgments", responses=error_responses(*V1, 404, 422, e422="qid given more than once"))
 def list_judgments(name: str, services: ServicesDep, store: StoreDep, qid: str | None = None) -> dict[str, Any]:
     """Current judgments of a collection, or of one query."""
     services.state(name)

@@ -12,13 +12,13 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.error_docs import BODY, error_responses
-from app.api.strict_json import StrictJSONRoute
+from app.api.strict import StrictRoute
 from app.errors import Forbidden, NotFound
 from app.storage.disk_errors import FULL_ERRNOS, READ_ONLY_ERRNOS, full, read_only
 from app.usecases.keys import KeyFile
 
-# FastAPI parses this router's model bodies: strictly (no NaN, no lone surrogates; app/api/strict_json.py)
-router = APIRouter(tags=["keys"], route_class=StrictJSONRoute)
+# bodies and query strings exactly as documented (no NaN, no repeated scalar parameter: app/api/strict.py)
+router = APIRouter(tags=["keys"], route_class=StrictRoute)
 
 # no 503: these routes need no encoder or index, so they answer while the service is loading
 KEYS = (401, 403, 429)

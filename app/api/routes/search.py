@@ -10,11 +10,13 @@ from app.api.deps import ServicesDep
 from app.api.error_docs import error_responses
 from app.api.schemas import SearchRequest, SearchResponse
 from app.api.uploads import content_type, decode_base64, form_fields, parse_model, parsed_form, read_json
+from app.api.strict import StrictRoute
 from app.errors import BadRequest
 from app.media.decode import Upload
 from app.usecases.query import run_search
 
-router = APIRouter(tags=["search"])
+# query strings exactly as documented, when a route gets parameters (app/api/strict.py)
+router = APIRouter(tags=["search"], route_class=StrictRoute)
 
 _FORM_FIELDS = set(SearchRequest.model_fields) - {"content_base64"}
 
