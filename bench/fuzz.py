@@ -29,6 +29,7 @@ import io
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import threading
@@ -225,13 +226,12 @@ def _with_body(case: Any, collection: str | None, body: Any, *, keep_name: bool)
     return case
 
 
-# Not run, by design. positive_data_acceptance expects any schema-valid request to be accepted; but a
+# Not run, by design: positive_data_acceptance expects any schema-valid request to be accepted; but a
 # `format: binary` part is schema-valid whatever its bytes (the service answers 415/422 for what it
 # cannot decode), and cross-field rules (hop_s <= window_s, one id per file, an existing encoder)
-# are not expressible in the schema. Invalid requests must still be refused with a 4xx
-# (negative_data_rejection runs).
-# negative_data_rejection runs as negative_data_rejection_of_generated_data (below), which leaves
-# out the cases whose generated body was swapped for a valid one.
+# are not expressible in the schema. Invalid requests must still be refused with a 4xx:
+# negative_data_rejection runs, as negative_data_rejection_of_generated_data (below) in the engine,
+# which leaves out the cases whose generated body was swapped for a valid one.
 EXCLUDED_CHECKS = ["positive_data_acceptance", "negative_data_rejection"]
 # DELETE .../items/x/media is a real request: it deletes the item "x/media" (ids may hold '/'), so a
 # 405 there rightly lists DELETE in Allow although the document's /media entry has only GET
@@ -323,8 +323,9 @@ def run_fuzz(url: str, seconds: float, seeded: dict[str, list[str]], workers: in
                         entry = failures.setdefault(key, {
                             "check": check.name, "operation": key[1], "title": failure.title,
                             "message": str(failure.message)[:2000], "phase": phase, "count": 0,
-                            "reproduce": [step.curl for step in check.failure_info.steps][-5:]
-                                         or [check.failure_info.code_sample][:1],
+                            # the last steps of the sequence, each cut short (a media body is ~100 kB)
+                            "reproduce": [_cut(step.curl) for step in check.failure_info.steps][-5:]
+                                         or [_cut(check.failure_info.code_sample)],
                         })
                         entry["count"] += 1
             elif isinstance(event, events.NonFatalError):
@@ -356,6 +357,18 @@ def run_fuzz(url: str, seconds: float, seeded: dict[str, list[str]], workers: in
     }
 
 
+def _cut(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more characters)"
+
+
+def _commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=20.0)
@@ -367,12 +380,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from tests.live_server import live_server
 
-    with tempfile.TemporaryDirectory(prefix="recall-fuzz-") as tmp, live_server(service_settings(Path(tmp) / "data")) as url:
-        seeded = seed(url)
-        result = run_fuzz(url, args.minutes * 60, seeded, workers=args.workers)
+    with tempfile.TemporaryDirectory(prefix="recall-fuzz-") as tmp:
+        settings = service_settings(Path(tmp) / "data")
+        with live_server(settings) as url:
+            seeded = seed(url)
+            result = run_fuzz(url, args.minutes * 60, seeded, workers=args.workers)
     result = {
         "what": "schemathesis (examples, coverage, fuzzing, stateful in cycles) against the embedded service",
         "command": "python -m bench.fuzz " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commit": _commit(),
+        "service": {"mode": "embedded (SQLite catalog, in-process indices)", "encoders": settings.encoders.model_dump(),
+                    "limits": {"max_upload_bytes": MAX_UPLOAD_BYTES, "sync_ingest_files": SYNC_INGEST_FILES},
+                    "seeded": ["fz-audio (3 clips)", "fz-image (1 image)", "fz-scratch (empty, for DELETE)"]},
         "minutes_requested": args.minutes,
         **result,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
