@@ -156,3 +156,33 @@ def test_each_encoder_gets_its_own_frontend_copy():
     assert a is not b
     assert a.logmel.dft_real.data_ptr() != b.logmel.dft_real.data_ptr()
     assert torch.equal(a.logmel.dft_real, b.logmel.dft_real)
+
+
+def test_the_cpu_graph_of_the_convolutions_matches_the_torch_module():
+    """ort_convs: the committed ONNX export, run by onnxruntime, gives the torch stack's frames on real clips."""
+    from app.features.pretrained import ort_convs
+
+    assert ort_convs.available()
+    torch_path, onnx_path = speech_embedding.load(onnx_on_cpu=False), speech_embedding.load(onnx_on_cpu=True)
+    assert onnx_path.onnx_on_cpu and not torch_path.onnx_on_cpu
+    for path in WORDS[:2] + SOUNDS[:1]:
+        audio = clip(path, 16000)[:22400]
+        padded = np.pad(audio, (0, 22400 - len(audio)))
+        wave = torch.from_numpy(np.stack([padded, np.roll(padded, 3000)]))
+        with torch.inference_mode():
+            ref, out = torch_path(wave), onnx_path(wave)
+        assert out.shape == ref.shape == (2, 8, 96)  # 1.4 s: 137 mel frames, every 8th window of 76
+        assert float((out - ref).abs().max()) <= 1e-4 * max(1.0, float(ref.abs().max()) / 10)
+
+
+def test_a_trace_records_the_onnxruntime_call_not_its_output():
+    """The encoders trace their steps (app/encoders/traced.py): the custom operator must stay a call."""
+    from app.features.pretrained.speech_embedding import SpeechEmbeddingFeatures
+
+    features = SpeechEmbeddingFeatures(pad_s=0.4).eval()
+    assert features.frontend.onnx_on_cpu
+    a, b = torch.randn(2, 16000) * 0.1, torch.randn(2, 16000) * 0.1
+    with torch.inference_mode():
+        traced = torch.jit.trace(features, (a,), check_trace=False)
+        assert "recall::speech_embedding_convs" in str(traced.inlined_graph)
+        assert torch.equal(traced(b), features(b)) and not torch.equal(traced(a), traced(b))

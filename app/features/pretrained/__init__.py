@@ -66,7 +66,7 @@ def load_strict(module: torch.nn.Module, state: dict[str, torch.Tensor], name: s
     module.load_state_dict(state, strict=True)
 
 
-def shared(name: str) -> torch.nn.Module:
+def shared(name: str, **options: Any) -> torch.nn.Module:
     """A frozen front-end in eval mode, its own copy: each encoder moves its modules to its device, so two
     encoders (a CPU and a CUDA one, or two checkpoints on the same front-end) must not share one; the
     converted file is read once per process (:func:`_cached_state`)."""
@@ -76,7 +76,7 @@ def shared(name: str) -> torch.nn.Module:
         from app.features.pretrained.aisfx import load
     else:
         raise FrontEndError(f"unknown front-end {name!r}; known: speech-embedding, aisfx")
-    return load()
+    return load(**options)
 
 
 @lru_cache(maxsize=None)

@@ -149,6 +149,14 @@ def convert(name: str, root: Path) -> Path:
     os.replace(directory / (WEIGHTS + ".tmp"), directory / WEIGHTS)
     (directory / (CONFIG + ".tmp")).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     os.replace(directory / (CONFIG + ".tmp"), directory / CONFIG)
+    if name == "speech-embedding":  # the CPU path's graph of the convolutions (app/features/pretrained/ort_convs.py)
+        from app.features.pretrained import ort_convs
+        from app.features.pretrained.speech_embedding import EmbeddingNet
+
+        net = EmbeddingNet([tuple(x) for x in config["layers"]], list(config["channels"]))
+        net.load_state_dict({k[len("net."):]: v for k, v in tensors.items() if k.startswith("net.")}, strict=True)
+        ort_convs.export(net, directory / (ort_convs.GRAPH + ".tmp"))
+        os.replace(directory / (ort_convs.GRAPH + ".tmp"), directory / ort_convs.GRAPH)
     return directory
 
 

@@ -103,10 +103,13 @@ class SpeechEmbedding(torch.nn.Module):
     sample_rate = SAMPLE_RATE
     dim = DIM
 
-    def __init__(self, layers: list[tuple[str, int, int]], channels: list[int]) -> None:
+    def __init__(self, layers: list[tuple[str, int, int]], channels: list[int], onnx_on_cpu: bool = False) -> None:
         super().__init__()
         self.logmel = LogMel()
         self.net = EmbeddingNet(layers, channels)
+        # on CPU the convolutions run through onnxruntime (app/features/pretrained/ort_convs.py), if asked
+        # for and available; the torch module is the reference and the CUDA path
+        self.onnx_on_cpu = onnx_on_cpu
 
     @staticmethod
     def min_samples() -> int:
@@ -115,16 +118,23 @@ class SpeechEmbedding(torch.nn.Module):
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         if wave.shape[-1] < self.min_samples():
             wave = F.pad(wave, (0, self.min_samples() - wave.shape[-1]))
-        return self.net(self.logmel(wave))
+        mel = self.logmel(wave)
+        if self.onnx_on_cpu and mel.device.type == "cpu" and not torch.is_grad_enabled():
+            return torch.ops.recall.speech_embedding_convs(mel)
+        return self.net(mel)
 
 
-def load() -> SpeechEmbedding:
-    """The module with the converted weights from app/assets/frontends."""
+def load(onnx_on_cpu: bool = False) -> SpeechEmbedding:
+    """The module with the converted weights from app/assets/frontends; ``onnx_on_cpu``: its convolutions
+    through onnxruntime on CPU where that is installed (the service's path, app/features/pretrained/ort_convs.py)."""
     from app.features.pretrained import _cached_state, load_strict
 
     name = "speech-embedding"
     state, config = _cached_state(name)
-    model = SpeechEmbedding([tuple(x) for x in config["layers"]], list(config["channels"]))
+    from app.features.pretrained import ort_convs
+
+    model = SpeechEmbedding([tuple(x) for x in config["layers"]], list(config["channels"]),
+                            onnx_on_cpu=onnx_on_cpu and ort_convs.available())
     load_strict(model, state, name)
     for p in model.parameters():
         p.requires_grad_(False)
@@ -148,7 +158,7 @@ class SpeechEmbeddingFeatures(torch.nn.Module):
         from app.features.pretrained import shared
 
         self.pad = int(round(pad_s * SAMPLE_RATE))
-        self.frontend = shared("speech-embedding")
+        self.frontend = shared("speech-embedding", onnx_on_cpu=True)
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         if self.pad:
