@@ -70,7 +70,14 @@ INGEST_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "Committed: the indexed files, and the files refused with their own errors",
           "content": {"application/json": {"schema": {
               "type": "object", "required": ["indexed", "errors", "collection"],
-              "properties": {"indexed": {"type": "array"}, "errors": {"type": "array"}, "collection": {"type": "string"}},
+              "properties": {
+                  # the ids feed the document's links (app/api/links.py: $response.body#/indexed/0/id)
+                  "indexed": {"type": "array", "items": {"type": "object", "required": ["id", "filename", "segments"], "properties": {
+                      "id": {"type": "string"}, "filename": {"type": "string"}, "segments": {"type": "integer"}}}},
+                  "errors": {"type": "array", "items": {"type": "object", "required": ["file", "status", "error"], "properties": {
+                      "file": {"type": "string"}, "id": {"type": ["string", "null"]}, "status": {"type": "integer"},
+                      "error": {"type": "object", "required": ["code", "message"]}}}},
+                  "collection": {"type": "string"}},
           }}}},
     202: {"description": "Accepted as a job (large batch or ?wait=false): follow GET /v1/jobs/{id} (the Location header)",
           "content": {"application/json": {"schema": {
@@ -78,3 +85,27 @@ INGEST_RESPONSES: dict[int | str, dict[str, Any]] = {
               "properties": {"id": {"type": "string"}, "status": {"type": "string"}},
           }}}},
 }
+
+# An item as GET .../items/{id} and the listing answer it (the routes return the catalog's dict: a
+# schema here documents it without filtering it); its id feeds the document's links.
+ITEM_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["id", "has_media", "metadata", "created_at"],
+    "properties": {
+        "id": {"type": "string"}, "filename": {"type": ["string", "null"]}, "media_type": {"type": ["string", "null"]},
+        "has_media": {"type": "boolean"}, "duration_s": {"type": ["number", "null"]}, "width": {"type": ["integer", "null"]},
+        "height": {"type": ["integer", "null"]}, "metadata": {"type": "object"}, "created_at": {"type": "number"},
+        "segments": {"type": "integer", "description": "Windows (audio) or 1 (image) indexed for the item"},
+    },
+}
+ITEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "The item's record (not its media: GET .../media)", "content": {"application/json": {"schema": ITEM_SCHEMA}}}}
+ITEM_PAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "A page of items, by id; `count` is the collection's total", "content": {"application/json": {"schema": {
+        "type": "object", "required": ["data", "count", "limit", "offset"],
+        "properties": {"data": {"type": "array", "items": ITEM_SCHEMA}, "count": {"type": "integer"},
+                       "limit": {"type": "integer"}, "offset": {"type": "integer"}}}}}}}
+JUDGMENT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "Recorded (durable on return)", "content": {"application/json": {"schema": {
+        "type": "object", "required": ["qid", "doc", "grade", "path"],
+        "properties": {"qid": {"type": "string"}, "doc": {"type": "string"}, "grade": {"type": "integer"},
+                       "path": {"type": "string", "description": "The qrels file it was appended to"}}}}}}}

@@ -67,7 +67,8 @@ LINKS: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {
         "ReadJob": _link("items-read_job", "The ingest job's progress", {"job_id": "$response.body#/id"}),
     },
     ("/v1/collections/{name}/items", "get", "200"): _item_links("$response.body#/data/0/id"),
-    ("/v1/collections/{name}/items/{item_id}", "get", "200"): _item_links("$response.body#/id"),
+    ("/v1/collections/{name}/items/{item_id}", "get", "200"): {
+        name: link for name, link in _item_links("$response.body#/id").items() if name != "ReadItem"},
     ("/v1/collections/{name}/items/{item_id}", "delete", "204"): {
         "ReadDeletedItem": _link("items-read_item", "404 from now on", {"name": NAME, "item_id": "$request.path.item_id"}),
     },

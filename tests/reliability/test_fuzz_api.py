@@ -114,6 +114,48 @@ def test_the_fuzzed_document_names_the_seeded_collections():
     assert not any("example" in p for p in served)  # the served document stays free of test data
 
 
+def _schema_at(schema: dict, pointer: list[str]) -> dict | None:
+    """The sub-schema a JSON pointer into a response body lands on (None: the schema has no such field)."""
+    def resolve(node: dict) -> dict:
+        while "$ref" in node:
+            node = SPEC["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
+        return node
+
+    schema = resolve(schema)
+    for part in pointer:
+        found = schema.get("items") if part.isdigit() else schema.get("properties", {}).get(part)
+        if found is None:
+            return None
+        schema = resolve(found)
+    return schema
+
+
+def test_every_link_leads_somewhere_real():
+    """Each link of the document (app/api/links.py) names an operation, parameters it has, and
+    values its source really answers with: a renamed field or route fails here, not silently in the
+    stateful phase (which would just stop following the link)."""
+    operations = {op["operationId"]: op for ops in SPEC["paths"].values() for op in ops.values()}
+    links = 0
+    for path, ops in SPEC["paths"].items():
+        for method, op in ops.items():
+            for status, response in op["responses"].items():
+                body = response.get("content", {}).get("application/json", {}).get("schema", {})
+                for name, link in response.get("links", {}).items():
+                    links += 1
+                    target = operations[link["operationId"]]
+                    names = {p["name"] for p in target.get("parameters", [])}
+                    assert set(link.get("parameters", {})) <= names, (path, method, name)
+                    fields = set(link.get("requestBody", {}))
+                    target_body = target.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+                    assert fields <= set(_schema_at(target_body, []).get("properties", {})), (path, method, name)
+                    for expression in [*link.get("parameters", {}).values(), *link.get("requestBody", {}).values()]:
+                        if expression.startswith("$response.body#/"):
+                            assert _schema_at(body, expression.split("#/", 1)[1].split("/")) is not None, (path, status, name, expression)
+                        elif expression.startswith("$request.path."):
+                            assert "{" + expression.rsplit(".", 1)[1] + "}" in path, (path, name, expression)
+    assert links >= 40
+
+
 @keyed.parametrize()
 def test_every_route_with_a_key(case, fuzz_service):
     case.call_and_validate(base_url=fuzz_service, headers=KEYED, excluded_checks=_excluded(case), timeout=60)

@@ -9,7 +9,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from app.api.body_docs import INGEST_BODY, INGEST_RESPONSES
+from app.api.body_docs import INGEST_BODY, INGEST_RESPONSES, ITEM_PAGE_RESPONSES, ITEM_RESPONSES
 from app.api.deps import JobsDep, ServicesDep
 from app.api.error_docs import BODY, V1, WRITE_503, error_responses
 from app.api.schemas import MAX_OFFSET
@@ -53,7 +53,7 @@ async def create_items(name: str, request: Request, services: ServicesDep, jobs:
     return JSONResponse({"indexed": report.indexed, "errors": report.errors, "collection": name})
 
 
-@router.get("/collections/{name}/items", responses=error_responses(*V1, 404, 422))
+@router.get("/collections/{name}/items", responses={**ITEM_PAGE_RESPONSES, **error_responses(*V1, 404, 422)})
 def list_items(
     name: str,
     services: ServicesDep,
@@ -105,7 +105,7 @@ def _chunks(handle: BinaryIO) -> Iterator[bytes]:
 
 
 # ids may contain "/" (folder ingest uses relative paths), hence the path converter
-@router.get("/collections/{name}/items/{item_id:path}", responses=error_responses(*V1, 404))
+@router.get("/collections/{name}/items/{item_id:path}", responses={**ITEM_RESPONSES, **error_responses(*V1, 404)})
 def read_item(name: str, item_id: str, services: ServicesDep) -> dict:
     services.state(name)
     return _public(services.catalog.get_item(name, item_id))

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.api.body_docs import JUDGMENT_RESPONSES
 from app.api.deps import ServicesDep
 from app.api.error_docs import BODY, V1, WRITE_503, error_responses
 from app.api.strict import StrictRoute
@@ -82,7 +83,8 @@ class RunsCreate(BaseModel):
         return runs
 
 
-@router.post("/collections/{name}/judgments", responses=error_responses(*V1, *BODY, 404, 507, e503=WRITE_503))
+@router.post("/collections/{name}/judgments",
+             responses={**JUDGMENT_RESPONSES, **error_responses(*V1, *BODY, 404, 507, e503=WRITE_503)})
 async def create_judgment(name: str, body: JudgmentCreate, services: ServicesDep, store: StoreDep) -> dict[str, Any]:
     """Record one judgment (the last one for a query-item pair wins)."""
     services.state(name)
