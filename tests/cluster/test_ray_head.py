@@ -113,6 +113,10 @@ def test_two_api_processes_join_the_head_and_survive_a_sigkill(head, tmp_path, p
 @pytest.mark.parametrize("head", ["token"], indirect=True)
 def test_serve_stops_at_start_when_the_head_refuses_its_token(head, tmp_path, pg_url):
     no_token = {k: v for k, v in head.env().items() if not k.startswith("RECALL_CLUSTER__RAY_AUTH")}
+    # a home of its own: any earlier local ray.init() on this machine (the suite's in-process Ray is one) left a
+    # token in ~/.ray/auth_token, which Ray would send, and then the head refuses that token instead
+    (tmp_path / "home").mkdir()
+    no_token["HOME"] = str(tmp_path / "home")
     wrong = tmp_path / "wrong_token"
     wrong.write_text("not-the-token")
     for env, said in [
