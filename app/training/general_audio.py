@@ -182,8 +182,9 @@ def run(args: argparse.Namespace) -> int:
     if args.speech_swap_into:  # version 6: a new speech branch beside an existing sounds branch and router
         from app.training.speech_swap import swap_speech
 
-        if not args.speech_from:
-            raise SystemExit("--speech-swap-into needs --speech-from (the new speech branch)")
+        if bool(args.speech_from) == bool(args.speech_frontend):
+            raise SystemExit("--speech-swap-into needs the new speech branch: --speech-from DIR, or --speech-frontend "
+                             "to train one (not both)")
         return swap_speech(args)
     one_step(args)
     if args.views_from or args.router_from or args.speech_soup:  # nothing trained, see general_audio_posthoc
@@ -276,6 +277,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--speech-swap-into", metavar="CHECKPOINT_DIR",
                    help="train nothing: this routed-fusion checkpoint's sounds branch and router with --speech-from as "
                         "the speech branch (its speech views, fitted to the old speech branch, are dropped): version 6")
+    p.add_argument("--speech-frontend", metavar="speech-embedding:PAD_S",
+                   help="with --speech-swap-into: first train the speech branch as paper 004's head on this frozen "
+                        "pretrained front-end (recall train audio --frontend), on ASC and FSDD's training side (version 6)")
+    p.add_argument("--bank-copies", type=int, default=4,
+                   help="with --speech-frontend: augmented windows per training clip whose front-end frames are computed once")
     p.add_argument("--speech-init", metavar="CHECKPOINT_DIR",
                    help="fine-tune the speech branch from this attn-hash checkpoint (all Arabic keywords, "
                         "English digits from real and synthetic voices) instead of training it from scratch")

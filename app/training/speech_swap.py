@@ -1,5 +1,8 @@
 """``recall train general-audio --speech-from NEW --speech-swap-into SOURCE``: a new speech branch, nothing else retrained.
 
+With ``--speech-frontend speech-embedding:PAD`` instead of ``--speech-from``, the one command also trains that
+speech branch first (:func:`train_frontend_speech`): version 6's whole recipe.
+
 Version 6 of ``general-audio`` keeps version 5's sounds branch and router and replaces the speech
 branch by one trained on Google's pretrained speech_embedding frames (app/features/pretrained). The
 router reads the sounds branch's texture statistics only, so it routes exactly as before; the speech
@@ -33,7 +36,48 @@ def new_speech_holdout(speech: dict[str, Any], source: dict[str, Any]) -> dict[s
             "esc_classes": list(source.get("holdout", {}).get("esc_classes", ESC_HOLDOUT_CLASSES))}
 
 
+FINISHED = "FINISHED"
+
+
+def frontend_speech_argv(data: Path, fsdd_manifest: Path, out: Path, args: argparse.Namespace) -> list[str]:
+    """``recall train audio``'s arguments for version 6's speech head: paper 004's head on a frozen pretrained
+    front-end, on every ASC speaker but the held-out ones and FSDD's training speakers and digits."""
+    import csv
+
+    from app.training.general_audio import ASC_HOLDOUT_SPEAKERS
+
+    with (data / "asc" / "asc.csv").open(newline="") as handle:
+        speakers = {row["speaker"] for row in csv.DictReader(handle)}
+    held = [s for s in ASC_HOLDOUT_SPEAKERS if s in speakers]  # all five in ../shared/data; a smaller copy may lack some
+    return ["--manifest", str(data / "asc" / "asc.csv"), "--extra-manifest", str(fsdd_manifest), "--model", "attn-hash",
+            "--frontend", args.speech_frontend, "--bank-copies", str(args.bank_copies), "--bits", "256", "--hidden", "128",
+            "--holdout", ",".join(held), "--epochs", str(args.speech_epochs), "--steps",
+            str(args.speech_steps), "--patience", str(args.speech_patience), "--batch-size", "64", "--seed", str(args.seed),
+            "--threads", str(args.threads), "--device", args.device, "--out", str(out), "--name", "speech-pretrained"]
+
+
+def train_frontend_speech(data: Path, work: Path, args: argparse.Namespace) -> Path:
+    """Train (or, when ``work`` already holds a finished one, reuse) the speech head; its directory."""
+    from app.training.audio_cli import main as audio_main
+    from app.training.general_audio_data import training_manifests
+
+    out = work / "speech-frontend"
+    if (out / FINISHED).is_file() and not args.retrain:
+        return out
+    fsdd = training_manifests(data, work, None)["fsdd"]
+    argv = frontend_speech_argv(data, fsdd, out, args)
+    if (out / "train_state.pt").is_file():
+        argv.append("--resume")  # a stopped run goes on from its last finished epoch
+    if audio_main(argv) != 0:
+        raise SystemExit("speech head training failed")
+    (out / "train_state.pt").unlink(missing_ok=True)  # resumable state, not part of the checkpoint
+    (out / FINISHED).write_text("speech head training finished\n")
+    return out
+
+
 def swap_speech(args: argparse.Namespace) -> int:
+    if getattr(args, "speech_frontend", None):
+        args.speech_from = str(train_frontend_speech(Path(args.data).resolve(), Path(args.work), args))
     source, speech_dir = Path(args.speech_swap_into), Path(args.speech_from)
     state, source_config = load_checkpoint(source)
     speech_config = read_config(speech_dir)

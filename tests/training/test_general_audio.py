@@ -367,3 +367,32 @@ def test_speech_swap_keeps_the_sounds_branch_and_router_and_drops_the_old_views(
     assert bits[0, 32:].sum() == 0 and bits[1, :32].sum() == 0
     with pytest.raises(SystemExit, match="--speech-from"):
         general_audio.main(["--data", str(data), "--speech-swap-into", str(with_views), "--out", str(tmp_path / "x")])
+
+
+@pytest.mark.system("espeak-ng")
+def test_speech_frontend_trains_the_head_then_swaps_it_in_one_command(
+        built: tuple[Path, list[str], Path], data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 6's whole recipe: --speech-frontend trains paper 004's head on the frozen front-end, then swaps it in."""
+    from app.training import speech_swap
+
+    source, _, _ = built
+    recipe_argv = speech_swap.frontend_speech_argv
+    # the tiny data has two training speakers: one validates (the recipe's two would leave none to train on)
+    monkeypatch.setattr(speech_swap, "frontend_speech_argv", lambda *a: [*recipe_argv(*a), "--val-groups", "1"])
+    out, work = tmp_path / "v6", tmp_path / "work"
+    argv = ["--data", str(data), "--work", str(work), "--speech-frontend", "speech-embedding:0.4", "--bank-copies", "1",
+            "--speech-epochs", "1", "--speech-steps", "2", "--speech-swap-into", str(source), "--out", str(out),
+            "--version", "6"]
+    assert general_audio.main(argv) == 0
+    speech = json.loads((out / "speech" / "config.json").read_text())
+    assert speech["features"] == {"kind": "speech-embedding", "pad_s": 0.4}
+    assert speech["training"]["bank_copies"] == 1 and speech["training"]["holdout"] == ["00000001"]  # the held-out speaker this data has
+    assert (work / "speech-frontend" / "FINISHED").is_file() and not (work / "speech-frontend" / "train_state.pt").exists()
+    assert _files(out / "sounds") == _files(source / "sounds")
+    config = json.loads((out / "config.json").read_text())
+    assert config["reproduce"]["train"] == "recall train general-audio " + " ".join(argv)
+    assert config["holdout"]["fsdd_words"] == list(general_audio.FSDD_HOLDOUT_WORDS)
+    bits = np.unpackbits(load_checkpoint_dir(out).encode(_voice_and_hiss()).codes, axis=1, bitorder="little")
+    assert bits[1, :256].sum() == 0  # the hiss still goes to the sounds half
+    with pytest.raises(SystemExit, match="not both"):
+        general_audio.main([*argv, "--speech-from", str(out / "speech")])
