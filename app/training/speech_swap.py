@@ -49,9 +49,16 @@ def frontend_speech_argv(data: Path, fsdd_manifest: Path, out: Path, args: argpa
     with (data / "asc" / "asc.csv").open(newline="") as handle:
         speakers = {row["speaker"] for row in csv.DictReader(handle)}
     held = [s for s in ASC_HOLDOUT_SPEAKERS if s in speakers]  # all five in ../shared/data; a smaller copy may lack some
-    return ["--manifest", str(data / "asc" / "asc.csv"), "--extra-manifest", str(fsdd_manifest), "--model", "attn-hash",
+    # leave-one-corpus-out (--without): only the head leaves the corpus out; the front-end is fixed
+    if args.without == "asc":  # FSDD's two training speakers alone: one validates, one trains
+        data_args = ["--manifest", str(fsdd_manifest), "--val-groups", "1"]
+    else:
+        data_args = ["--manifest", str(data / "asc" / "asc.csv"), "--holdout", ",".join(held)]
+        if args.without != "fsdd":
+            data_args += ["--extra-manifest", str(fsdd_manifest)]
+    return [*data_args, "--model", "attn-hash",
             "--frontend", args.speech_frontend, "--bank-copies", str(args.bank_copies), "--bits", "256", "--hidden", "128",
-            "--holdout", ",".join(held), "--epochs", str(args.speech_epochs), "--steps",
+            "--epochs", str(args.speech_epochs), "--steps",
             str(args.speech_steps), "--patience", str(args.speech_patience), "--batch-size", "64", "--seed", str(args.seed),
             "--threads", str(args.threads), "--device", args.device, "--out", str(out), "--name", "speech-pretrained"]
 
@@ -64,6 +71,9 @@ def train_frontend_speech(data: Path, work: Path, args: argparse.Namespace) -> P
     out = work / "speech-frontend"
     if (out / FINISHED).is_file() and not args.retrain:
         return out
+    if args.without == "esc":
+        raise SystemExit("--speech-frontend trains the speech head only: leaving ESC-50 out needs a sounds branch and "
+                         "router trained without it (--speech-swap-into such a checkpoint, with --speech-from)")
     fsdd = training_manifests(data, work, None)["fsdd"]
     argv = frontend_speech_argv(data, fsdd, out, args)
     if (out / "train_state.pt").is_file():
@@ -88,6 +98,8 @@ def swap_speech(args: argparse.Namespace) -> int:
     router.load_state_dict(router_state, strict=True)
     config = {k: v for k, v in source_config.items() if k not in (*OLD_SPEECH_KEYS, "family", "format_version")}
     config["holdout"] = new_speech_holdout(speech_config, source_config)
+    if getattr(args, "without", None):  # a leave-one-corpus-out head (the router, version 5's, heard every corpus)
+        config["without"] = args.without
     config["speech_swap"] = {"sounds_and_router_from": {"path": str(source), "version": source_config.get("version")},
                              "speech_from": {"path": str(speech_dir), "train": speech_config.get("training", {}).get("command")}}
     config.update(_config_update(args, "seconds: no network is trained; the speech branch's own command is in "

@@ -396,3 +396,25 @@ def test_speech_frontend_trains_the_head_then_swaps_it_in_one_command(
     assert bits[1, :256].sum() == 0  # the hiss still goes to the sounds half
     with pytest.raises(SystemExit, match="not both"):
         general_audio.main([*argv, "--speech-from", str(out / "speech")])
+
+
+def test_speech_frontend_leaves_one_corpus_out_of_the_head(data: Path, tmp_path: Path) -> None:
+    """--without with --speech-frontend: the head's data lacks that corpus (the front-end is fixed)."""
+    import argparse
+
+    from app.training import speech_swap
+
+    def argv(without):
+        args = argparse.Namespace(without=without, speech_frontend="speech-embedding:0.4", bank_copies=4, speech_epochs=30,
+                                  speech_steps=100, speech_patience=6, seed=0, threads=1, device="cpu")
+        return speech_swap.frontend_speech_argv(data, tmp_path / "fsdd-train.csv", tmp_path / "out", args)
+
+    assert "--extra-manifest" in argv(None) and argv(None)[1].endswith("asc.csv")
+    without_fsdd = argv("fsdd")
+    assert "--extra-manifest" not in without_fsdd and not any("fsdd" in a for a in without_fsdd)
+    without_asc = argv("asc")
+    assert without_asc[:2] == ["--manifest", str(tmp_path / "fsdd-train.csv")] and not any("asc" in a for a in without_asc)
+    args = general_audio.parse_args(["--data", str(data), "--work", str(tmp_path), "--speech-frontend", "speech-embedding:0.4",
+                                     "--without", "esc", "--speech-swap-into", str(tmp_path), "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match="speech head only"):
+        speech_swap.train_frontend_speech(data, tmp_path, args)
