@@ -29,7 +29,10 @@ class Served:
 
 
 def _command(data_dir, catalog_url: str, port: int, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    environ = {**os.environ, "RECALL_DATA_DIR": str(data_dir), "RECALL_CATALOG_URL": catalog_url, "HF_HUB_OFFLINE": "1",
+    # no RAY_* from this process: an in-process ray.init() (the API tests' Ray backend) sets RAY_AUTH_MODE=token and
+    # more in os.environ, which would make a serve process joining an open head send a token it does not have
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    environ = {**inherited, "RECALL_DATA_DIR": str(data_dir), "RECALL_CATALOG_URL": catalog_url, "HF_HUB_OFFLINE": "1",
                "RECALL_ENCODERS__DEFAULT_AUDIO": "audio-baseline", "RECALL_ENCODERS__DEFAULT_IMAGE": "image-baseline",
                "RECALL_TORCH_THREADS": "1", **env}
     return [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)], environ
