@@ -49,6 +49,21 @@ def interleaved_best_ms(encoders: dict, batch: list[np.ndarray], repeats: int) -
     return {name: round(1000 * value / len(batch), 3) for name, value in best.items()}
 
 
+def query_median_ms(encoders: dict, query_windows: list[np.ndarray], rounds: int) -> dict[str, float]:
+    """Median milliseconds of one query window as served (issue 37's target is a median, not a best run), the
+    encoders taking turns, each round one window of each kind (speech-like, noise)."""
+    times: dict[str, list[float]] = {name: [] for name in encoders}
+    for encoder in encoders.values():
+        encoder.encode(query_windows[:1])  # warm-up
+    for _ in range(rounds):
+        for window in query_windows:
+            for name, encoder in encoders.items():
+                started = time.perf_counter()
+                encoder.encode([window])
+                times[name].append(time.perf_counter() - started)
+    return {name: round(1000 * float(np.median(t)), 3) for name, t in times.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -73,10 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         runs = [interleaved_best_ms(encoders, [w], args.repeats) for w in windows(2)]  # speech-like, noise
         single[mode] = {name: min(r[name] for r in runs) for name in encoders}
     routed_fusion.SIDE_THREAD_MAX_WINDOWS = served
+    median = query_median_ms(encoders, windows(2), 50)
     batch = interleaved_best_ms(encoders, windows(32), args.repeats)
     results = {name: {"version": e.version, "dim": e.dim, "bits": e.bits,
                       "ms_per_window_batch_1_one_thread": single["one_thread"][name],
                       "ms_per_window_batch_1_as_served": single["as_served"][name],
+                      "ms_query_window_as_served_median": median[name],
                       "ms_per_window_batch_32": batch[name]}
                for name, e in encoders.items()}
     for name, row in results.items():
