@@ -23,6 +23,7 @@ from app.encoders._trained_audio import build_parts
 from app.encoders.checkpoint import save_checkpoint
 from app.training.audio_data import Record, load_waves, read_manifest, read_pack, split_records, with_extra_training
 from app.training.augment import CHANNEL_AUGMENT, AugmentConfig, eval_window, training_window
+from app.training.feature_bank import build_bank, draw
 from app.training.fine_tune import load_init_weights
 from app.training.spec_augment import MaskConfig, mask_features
 from app.training.losses import HashLossWeights, contrastive_loss, hashing_objective
@@ -208,7 +209,9 @@ class Trainer:
         self.augment = AugmentConfig() if cfg.augment else AugmentConfig(0.0, 0.0, 0.0, (0, 0), (0, 0), 0.0, (1, 1))
         if cfg.augment and cfg.channel_augment:
             self.augment = dataclasses.replace(self.augment, **CHANNEL_AUGMENT)
-        self.bank = self._feature_bank(cfg.bank_copies) if cfg.bank_copies > 0 else None
+        # a frozen front-end's frames, computed once (app/training/feature_bank.py)
+        self.bank = (build_bank(self.features, self._train_windows, len(self.train_waves), cfg.bank_copies)
+                     if cfg.bank_copies > 0 else None)
         self.out = Path(cfg.out)
         self.state_path = self.out / "train_state.pt"
         self.epoch, self.best, self.bad_epochs, self.history = 0, -1.0, 0, []
@@ -232,30 +235,10 @@ class Trainer:
                    for i in indices]
         return torch.from_numpy(np.stack(windows)).to(self.cfg.device)
 
-    def _feature_bank(self, copies: int) -> torch.Tensor:
-        """(clips, copies, frames, bins) features of augmented training windows, computed once.
-
-        Why: a frozen pretrained front-end (app/features/pretrained) costs ~100x the head it feeds, and
-        its output for a given window never changes, so computing it at every step would spend the run
-        on the same arithmetic. The augmentation still varies: each clip gets ``copies`` independent draws.
-        """
-        from tqdm import tqdm
-
-        if any(p.requires_grad for p in self.features.parameters()):
-            raise ValueError("a feature bank needs a frozen front-end; these features have trainable weights")
-        out = []
-        with torch.inference_mode():
-            for start in tqdm(range(0, len(self.train_waves), 64), desc="feature bank", unit="batch", leave=False):
-                rows = np.arange(start, min(start + 64, len(self.train_waves)))
-                per_copy = [self.features(self._train_windows(rows)) for _ in range(copies)]
-                out.append(torch.stack(per_copy, dim=1))
-        return torch.cat(out)
-
     def _train_features(self, indices: np.ndarray) -> torch.Tensor:
         if self.bank is None:
             return self.features(self._train_windows(indices))
-        copy = torch.from_numpy(self.rng.integers(self.bank.shape[1], size=len(indices)))
-        return self.bank[torch.from_numpy(indices), copy].to(self.cfg.device)
+        return draw(self.bank, indices, self.rng).to(self.cfg.device)
 
     def step_loss(self) -> dict[str, torch.Tensor]:
         """Loss terms of one freshly sampled batch (the network is in train mode)."""

@@ -15,80 +15,10 @@ import pytest
 import soundfile as sf
 import torch
 
-from app.encoders.checkpoint import load_checkpoint, save_checkpoint
+from app.encoders.checkpoint import load_checkpoint
 from app.encoders.registry import load_checkpoint_dir
 from app.training import general_audio, general_audio_data
-from app.training.audio_train import TrainConfig, build_model, model_config
-
-RATE = 16000
-
-
-def _write(path: Path, wave: np.ndarray, rate: int = RATE) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sf.write(path, wave.astype(np.float32), rate)
-
-
-def _csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        writer.writerows(rows)
-
-
-def _voice(freq: float, seed: int, seconds: float = 0.8, rate: int = RATE) -> np.ndarray:
-    """A vowel-like harmonic tone with a little noise: "speech" the router can tell from noise textures."""
-    t = np.arange(int(seconds * rate)) / rate
-    wave = sum(np.sin(2 * np.pi * freq * h * t) / h for h in range(1, 6)) * np.hanning(len(t))
-    return 0.2 * wave + 0.01 * np.random.default_rng(seed).standard_normal(len(t))
-
-
-def _texture(kind: int, seed: int, seconds: float = 2.0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    noise = rng.standard_normal(int(seconds * RATE))
-    if kind == 0:  # hiss
-        return 0.1 * noise
-    if kind == 1:  # low rumble
-        return 0.3 * np.convolve(noise, np.ones(64) / 64, mode="same")
-    return 0.1 * noise * (np.arange(len(noise)) % 4000 < 800)  # ticking bursts
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("data")
-    asc_rows = []
-    for k, word in enumerate(["yes", "no", "up"]):  # "up" is a held-out keyword
-        for speaker in ["00000002", "00000003", "00000001"]:  # 00000001 is a held-out speaker
-            for take in range(2):
-                rel = f"audio/{word}/{speaker}_{take}.wav"
-                _write(root / "asc" / rel, _voice(150 + 60 * k, seed=take + 7 * k))
-                asc_rows.append([rel, word, speaker, str(take), "train"])
-    _csv(root / "asc" / "asc.csv", ["file", "keyword", "speaker", "take", "split"], asc_rows)
-    fsdd_rows = []
-    for digit in range(3):  # 2 is a held-out digit word
-        for speaker in ["george", "jackson"]:  # jackson is held out
-            rel = f"recordings/{digit}_{speaker}_0.wav"
-            _write(root / "fsdd" / rel, _voice(300 + 50 * digit, seed=digit, rate=8000), rate=8000)
-            fsdd_rows.append([rel, str(digit), speaker, "0", "train"])
-    _csv(root / "fsdd" / "fsdd.csv", ["file", "digit", "speaker", "index", "split"], fsdd_rows)
-    esc_rows = []
-    for k, category in enumerate(["wind", "frog", "clock_tick", "rain"]):  # rain is held out
-        for take in range(3):
-            rel = f"audio/{category}-{take}.flac"
-            _write(root / "esc50" / rel, _texture(k % 3, seed=10 * k + take))
-            esc_rows.append([rel, category])
-    _csv(root / "esc50" / "esc50.csv", ["filename", "category"], esc_rows)
-    return root
-
-
-@pytest.fixture(scope="module")
-def speech_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.manual_seed(0)
-    cfg = TrainConfig(manifest="unused.csv", model="attn-hash", out="unused", name="tiny-speech", bits=32,
-                      sample_rate=8000, window_s=1.0, hop_s=0.5, hidden=8, heads=2, d_a=6)
-    config = model_config(cfg)
-    _, net = build_model(config)
-    return save_checkpoint(tmp_path_factory.mktemp("speech") / "tiny-speech", net.state_dict(), config)
-
+from tests.training.tiny_corpora import SMALL_SYNTH, files as _files, voice as _voice, voice_and_hiss as _voice_and_hiss, write as _write
 
 def test_training_manifests_leave_out_every_held_out_group(data: Path, tmp_path: Path) -> None:
     manifests = general_audio_data.training_manifests(data, tmp_path, without=None)
@@ -139,25 +69,6 @@ def test_synthetic_digits_carry_fsdd_labels_and_leave_out_the_held_out_words(tmp
     assert all(Path(r["path"]).is_file() for r in rows)
 
 
-SMALL_SYNTH = ["--pseudo-words", "1", "--pseudo-voices", "2", "--languages", "de,es", "--english-words", "2",
-               "--english-voices", "2", "--digit-voices", "2", "--router-clips", "10"]
-
-
-@pytest.fixture(scope="module")
-def built(data: Path, speech_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], Path]:
-    """(checkpoint, its command's arguments, work folder) of one tiny `recall train general-audio` run."""
-    root = tmp_path_factory.mktemp("general-audio")
-    out, work = root / "general-audio", root / "work"
-    argv = ["--data", str(data), "--out", str(out), "--work", str(work), "--speech-from", str(speech_checkpoint),
-            *SMALL_SYNTH, "--version", "3"]
-    assert general_audio.main(argv) == 0
-    return out, argv, work
-
-
-def _voice_and_hiss() -> list[np.ndarray]:
-    return [_voice(200, seed=99, seconds=1.0).astype(np.float32), _texture(0, seed=99, seconds=1.0).astype(np.float32)]
-
-
 @pytest.mark.system("espeak-ng")
 def test_one_command_builds_a_loadable_routed_fusion_checkpoint(built: tuple[Path, list[str], Path]) -> None:
     out, argv, _ = built
@@ -178,10 +89,6 @@ def test_one_command_builds_a_loadable_routed_fusion_checkpoint(built: tuple[Pat
     assert bits[0, 32:].sum() == 0 and bits[1, :32].sum() == 0  # routed to speech and to sounds
     assert config["router_negatives"] == "basic"
     assert "ESC-50" in (out / "DATA.md").read_text() and (out / "sounds" / "DATA.md").is_file()
-
-
-def _files(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.system("espeak-ng")
@@ -317,104 +224,3 @@ def test_soup_recipe_runs_the_whole_chain_in_one_command(data: Path, tmp_path: P
         if value.is_floating_point() and not key.startswith("hash_norm."):
             torch.testing.assert_close(value, (a[key] + b[key]) / 2)
     assert load_checkpoint_dir(out).encode(_voice_and_hiss()).codes.shape[0] == 2
-
-
-@pytest.fixture(scope="module")
-def pretrained_speech_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny attn-hash head on speech_embedding frames at the service rate (version 6's speech branch, untrained)."""
-    torch.manual_seed(0)
-    cfg = TrainConfig(manifest="unused.csv", model="attn-hash", out="unused", name="tiny-pretrained", bits=32,
-                      sample_rate=RATE, window_s=1.0, hop_s=0.5, hidden=8, heads=2, d_a=6,
-                      features={"kind": "speech-embedding", "pad_s": 0.0},
-                      holdout=["00000001"], extra_manifests=["fsdd-train.csv"])
-    config = model_config(cfg)
-    _, net = build_model(config)
-    return save_checkpoint(tmp_path_factory.mktemp("pretrained") / "tiny-pretrained", net.state_dict(), config)
-
-
-@pytest.mark.system("espeak-ng")
-def test_speech_swap_keeps_the_sounds_branch_and_router_and_drops_the_old_views(
-        built: tuple[Path, list[str], Path], data: Path, pretrained_speech_checkpoint: Path, tmp_path: Path) -> None:
-    source, _, _ = built
-    with_views = tmp_path / "with-views"  # the old speech branch's views must not survive the swap
-    assert general_audio.main(["--data", str(data), "--views-from", str(source), "--whiten-eps", "0.3",
-                               "--mfcc-bits", "8", "--out", str(with_views), "--version", "5"]) == 0
-    out = tmp_path / "v6"
-    argv = ["--data", str(data), "--speech-from", str(pretrained_speech_checkpoint), "--speech-swap-into", str(with_views),
-            "--out", str(out), "--version", "6"]
-    assert general_audio.main(argv) == 0
-
-    assert _files(out / "sounds") == _files(with_views / "sounds")  # byte for byte
-    assert _files(out / "speech") == _files(pretrained_speech_checkpoint)
-    old_state, new_state = load_checkpoint(with_views)[0], load_checkpoint(out)[0]
-    assert sorted(new_state) == ["bias", "mean", "scale", "weight"]  # the router alone: no views.*
-    for key in new_state:
-        assert torch.equal(old_state[key], new_state[key]), key
-    config = json.loads((out / "config.json").read_text())
-    assert config["version"] == "6" and "speech_views" not in config
-    assert config["holdout"]["asc_speakers"] == ["00000001"]
-    assert config["holdout"]["fsdd_words"] == list(general_audio.FSDD_HOLDOUT_WORDS)  # the extra FSDD manifest held them out
-    assert config["speech_swap"]["sounds_and_router_from"]["version"] == "5"
-    card = (out / "DATA.md").read_text()
-    assert "speech_embedding" in card and "Apache-2.0" in card and "non-commercial" in card
-    assert config["reproduce"]["train"] == "recall train general-audio " + " ".join(argv)
-
-    old, new = load_checkpoint_dir(with_views), load_checkpoint_dir(out)
-    waves = _voice_and_hiss()
-    assert np.array_equal(old.speech_probability(waves), new.speech_probability(waves))  # routes exactly as before
-    assert (new.bits, new.dim) == (32 + 256, 32 + 256)
-    bits = np.unpackbits(new.encode(waves).codes, axis=1, bitorder="little")
-    assert bits[0, 32:].sum() == 0 and bits[1, :32].sum() == 0
-    with pytest.raises(SystemExit, match="--speech-from"):
-        general_audio.main(["--data", str(data), "--speech-swap-into", str(with_views), "--out", str(tmp_path / "x")])
-
-
-@pytest.mark.system("espeak-ng")
-def test_speech_frontend_trains_the_head_then_swaps_it_in_one_command(
-        built: tuple[Path, list[str], Path], data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Version 6's whole recipe: --speech-frontend trains paper 004's head on the frozen front-end, then swaps it in."""
-    from app.training import speech_swap
-
-    source, _, _ = built
-    recipe_argv = speech_swap.frontend_speech_argv
-    # the tiny data has two training speakers: one validates (the recipe's two would leave none to train on)
-    monkeypatch.setattr(speech_swap, "frontend_speech_argv", lambda *a: [*recipe_argv(*a), "--val-groups", "1"])
-    out, work = tmp_path / "v6", tmp_path / "work"
-    argv = ["--data", str(data), "--work", str(work), "--speech-frontend", "speech-embedding:0.4", "--bank-copies", "1",
-            "--speech-epochs", "1", "--speech-steps", "2", "--speech-swap-into", str(source), "--out", str(out),
-            "--version", "6"]
-    assert general_audio.main(argv) == 0
-    speech = json.loads((out / "speech" / "config.json").read_text())
-    assert speech["features"] == {"kind": "speech-embedding", "pad_s": 0.4}
-    assert speech["training"]["bank_copies"] == 1 and speech["training"]["holdout"] == ["00000001"]  # the held-out speaker this data has
-    assert (work / "speech-frontend" / "FINISHED").is_file() and not (work / "speech-frontend" / "train_state.pt").exists()
-    assert _files(out / "sounds") == _files(source / "sounds")
-    config = json.loads((out / "config.json").read_text())
-    assert config["reproduce"]["train"] == "recall train general-audio " + " ".join(argv)
-    assert config["holdout"]["fsdd_words"] == list(general_audio.FSDD_HOLDOUT_WORDS)
-    bits = np.unpackbits(load_checkpoint_dir(out).encode(_voice_and_hiss()).codes, axis=1, bitorder="little")
-    assert bits[1, :256].sum() == 0  # the hiss still goes to the sounds half
-    with pytest.raises(SystemExit, match="not both"):
-        general_audio.main([*argv, "--speech-from", str(out / "speech")])
-
-
-def test_speech_frontend_leaves_one_corpus_out_of_the_head(data: Path, tmp_path: Path) -> None:
-    """--without with --speech-frontend: the head's data lacks that corpus (the front-end is fixed)."""
-    import argparse
-
-    from app.training import speech_swap
-
-    def argv(without):
-        args = argparse.Namespace(without=without, speech_frontend="speech-embedding:0.4", bank_copies=4, speech_epochs=30,
-                                  speech_steps=100, speech_patience=6, seed=0, threads=1, device="cpu")
-        return speech_swap.frontend_speech_argv(data, tmp_path / "fsdd-train.csv", tmp_path / "out", args)
-
-    assert "--extra-manifest" in argv(None) and argv(None)[1].endswith("asc.csv")
-    without_fsdd = argv("fsdd")
-    assert "--extra-manifest" not in without_fsdd and not any("fsdd" in a for a in without_fsdd)
-    without_asc = argv("asc")
-    assert without_asc[:2] == ["--manifest", str(tmp_path / "fsdd-train.csv")] and not any("asc" in a for a in without_asc)
-    args = general_audio.parse_args(["--data", str(data), "--work", str(tmp_path), "--speech-frontend", "speech-embedding:0.4",
-                                     "--without", "esc", "--speech-swap-into", str(tmp_path), "--out", str(tmp_path / "o")])
-    with pytest.raises(SystemExit, match="speech head only"):
-        speech_swap.train_frontend_speech(data, tmp_path, args)
