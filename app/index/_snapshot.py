@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -67,21 +68,31 @@ def write_snapshot(
     """
     path = Path(path)
     count = sum(len(block) for block in ids)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     digest = hashlib.sha256()
+
+    def write(f: BinaryIO) -> None:
+        def put(data: bytes | memoryview) -> None:
+            digest.update(data)
+            f.write(data)
+
+        put(_HEADER.pack(MAGIC, VERSION, kind, width, last_seq, count))
+        for block in ids:
+            _stream(np.ascontiguousarray(block, dtype="<i8"), put)
+        for block in rows:
+            _stream(np.ascontiguousarray(block), put)
+        f.write(digest.digest())
+
+    write_atomically(path, write)
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """``write`` fills a temporary file beside ``path``, which is fsynced, renamed over ``path`` and its
+    directory fsynced: a crash leaves the old file or the new one, never a mix. Every snapshot file
+    (the flat indices' here, the IVF's in app/index/ivf.py) is written through this."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         with open(tmp, "wb") as f:
-
-            def put(data: bytes | memoryview) -> None:
-                digest.update(data)
-                f.write(data)
-
-            put(_HEADER.pack(MAGIC, VERSION, kind, width, last_seq, count))
-            for block in ids:
-                _stream(np.ascontiguousarray(block, dtype="<i8"), put)
-            for block in rows:
-                _stream(np.ascontiguousarray(block), put)
-            f.write(digest.digest())
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import faiss
 import numpy as np
 
 from app.index._rwlock import ReadWriteLock
-from app.index._snapshot import fsync_directory
+from app.index._snapshot import write_atomically
 from app.index._validate import as_ids, as_k, as_rows
 from app.index.base import PAD_ID, SnapshotError
 from app.index.binary_index import HAMMING_PAD
@@ -137,20 +136,12 @@ class BinaryIVF:
         meta = struct.pack("<qq", self.nprobe, self.trained_on)
         digest = hashlib.sha256(head + meta)
         digest.update(memoryview(payload))
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(head)
-                f.write(meta)
-                f.write(memoryview(payload))
-                f.write(digest.digest())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        fsync_directory(path.parent)
+
+        def write(f: Any) -> None:
+            for part in (head, meta, memoryview(payload), digest.digest()):
+                f.write(part)
+
+        write_atomically(path, write)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], bits: int) -> tuple["BinaryIVF", int]:
