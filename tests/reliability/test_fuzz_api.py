@@ -10,10 +10,10 @@ the item, delete it and read it again. Every response is checked by schemathesis
 code the route documents, the documented content type, a body matching the documented schema (the
 one error shape for every error), negative data refused, a deleted item gone, a created one there.
 
-The seeding, hooks and excluded checks are bench/fuzz.py's, which runs the same for minutes
+The seeding (bench/fuzz_seed.py), hooks and excluded checks are bench/fuzz.py's, which runs the same for minutes
 (``python -m bench.fuzz --minutes 20``). Generation is derandomised and bounded, so a run is
 repeatable and its cost fixed (about a minute on 2 cores); a failure prints the request that
-reproduces it, and each failure found so far has a regression test in tests/api/test_bad_input.py.
+reproduces it, and each failure found so far has a regression test in tests/api/test_fuzz_regressions.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ import schemathesis
 from schemathesis.specs.openapi.checks import allow_header_conformance, negative_data_rejection, positive_data_acceptance
 
 from app.main import create_app
-from bench.fuzz import KEY, REPLACED, build_schema, fuzz_document, seed, service_settings
+from bench.fuzz import REPLACED, build_schema, fuzz_document
+from bench.fuzz_seed import KEY, seed, service_settings
 from tests.live_server import live_server
 
 # examples per route and generation mode (positive, negative): ~25 routes x 2 modes x this
