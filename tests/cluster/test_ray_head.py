@@ -11,13 +11,13 @@ processes are `recall serve` subprocesses with index shards and embedding worker
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 
 import httpx
 import pytest
 
 from tests.cluster.ray_head import RAY, RayHead
+from tests.cluster.ingest_stream import IngestStream
 from tests.cluster.serve import free_port, serve, serve_exit
 from tests.conftest import tone_wav
 
@@ -59,33 +59,17 @@ def test_two_api_processes_join_the_head_and_survive_a_sigkill(head, tmp_path, p
         # the first write of the report, which answered 500 InvalidAuthToken
         assert httpx.post(f"{a.url}/v1/collections", json={"name": "w", "modality": "audio"}, timeout=120).status_code == 201
 
-        acknowledged: list[str] = []
         clips = {f"s{i}": tone_wav(180 + 41 * i, seconds=1.2) for i in range(60)}
-        stop = threading.Event()
-
-        def stream() -> None:
-            # the first ingest waits for the embedding worker to start on the head
-            with httpx.Client(base_url=a.url, timeout=120) as client:
-                for name, data in clips.items():
-                    if stop.is_set():
-                        return
-                    try:
-                        response = client.post("/v1/collections/w/items", files={"files": (f"{name}.wav", data)}, data={"ids": name})
-                    except httpx.HTTPError:
-                        return  # died mid-request: not acknowledged
-                    assert response.status_code == 200, response.text
-                    acknowledged.append(name)
-
-        writer = threading.Thread(target=stream)
+        # the first ingest waits for the embedding worker to start on the head
+        writer = IngestStream(a.url, clips, timeout=120)
         writer.start()
-        deadline = time.time() + 180
-        while len(acknowledged) < 5 and writer.is_alive() and time.time() < deadline:
-            time.sleep(0.02)
+        writer.wait_for(5, 180)
         # A's ingests were encoded by its embedding worker on the head, not in A
         assert _ray_batchers(a.url), "no ingest went through a Ray embedding worker"
         a.kill()  # SIGKILL mid-stream
-        stop.set()
-        writer.join()
+        writer.finish()
+        acknowledged = writer.acknowledged
+        assert not writer.refused, writer.refused
         assert 5 <= len(acknowledged) < len(clips)  # killed mid-stream
 
         # through B: every acknowledged item is listed, indexed, and found by its own clip

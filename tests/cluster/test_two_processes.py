@@ -7,12 +7,12 @@ through the survivor.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import httpx
 import pytest
 
+from tests.cluster.ingest_stream import IngestStream
 from tests.cluster.serve import serve
 from tests.conftest import tone_wav
 
@@ -57,30 +57,13 @@ def test_two_api_processes_share_writes_jobs_and_survive_a_sigkill(tmp_path, pg_
         a = serve(tmp_path / "data", pg_url, RECALL_CLUSTER__JOB_LEASE_S="2")
 
         # SIGKILL A in the middle of a stream of ingests: everything it acknowledged is found through B
-        acknowledged: list[str] = []
         clips = {f"s{i}": tone_wav(180 + 41 * i, seconds=1.2) for i in range(60)}
-        stop = threading.Event()
-
-        def stream() -> None:
-            with httpx.Client(base_url=a.url, timeout=10) as client:
-                for name, data in clips.items():
-                    if stop.is_set():
-                        return
-                    try:
-                        response = client.post("/v1/collections/w/items", files={"files": (f"{name}.wav", data)}, data={"ids": name})
-                    except httpx.HTTPError:
-                        return  # died mid-request: not acknowledged
-                    if response.status_code == 200:
-                        acknowledged.append(name)
-
-        writer = threading.Thread(target=stream)
+        writer = IngestStream(a.url, clips)
         writer.start()
-        deadline = time.time() + 30
-        while len(acknowledged) < 5 and time.time() < deadline:
-            time.sleep(0.02)
+        writer.wait_for(5, 30)
         a.kill()
-        stop.set()
-        writer.join()
+        writer.finish()
+        acknowledged = writer.acknowledged
         assert len(acknowledged) >= 5
         listed = {i["id"] for i in httpx.get(f"{b.url}/v1/collections/w/items", params={"limit": 1000}).json()["data"]}
         assert set(acknowledged) <= listed
