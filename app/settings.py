@@ -47,6 +47,21 @@ class EncoderSettings(BaseModel):
     default_image: str = Field("image-text-minilm", description="Encoder for new image collections when none is named.")
     preload: list[str] = Field(default_factory=list, description="Encoders loaded at startup besides those collections use.")
     extra_dirs: list[str] = Field(default_factory=list, description="Directories with extra trained checkpoints.")
+    onnx_dir: str | None = Field(
+        None,
+        description="Folder of bring-your-own encoders: each subfolder holds an ONNX model (audio embedder, or CLIP-style "
+        "image + text towers) with a manifest.json (README, 'Bring your own encoder'); loaded at start, checked with "
+        "`recall encoders check DIR`. A broken subfolder is reported, never fatal.",
+    )
+    posthoc_fit_vectors: int = Field(
+        10_000, ge=8, le=1_000_000,
+        description="A collection of an ONNX encoder (no trained hash head) fits its binary codes (PCA + ITQ) on at "
+        "most this many vectors of its first ingest; `recall reembed` refits.",
+    )
+
+    def all_dirs(self) -> list[str]:
+        """Every root the registry scans: extra checkpoint directories, then the ONNX folder."""
+        return [*self.extra_dirs, *([self.onnx_dir] if self.onnx_dir else [])]
 
 
 class LimitSettings(BaseModel):

@@ -3,7 +3,9 @@
 Two sources: training-free baselines (always available) and checkpoint directories. A
 checkpoint directory's ``config.json`` names its ``family``; the family's module exposes
 ``load(directory, config) -> Encoder``. Default checkpoints live in ``app/assets/models``;
-``RECALL_ENCODERS__EXTRA_DIRS`` adds directories of user-trained ones.
+``RECALL_ENCODERS__EXTRA_DIRS`` adds directories of user-trained ones. A third source: folders
+with a ``manifest.json`` hold foreign ONNX models (``RECALL_ENCODERS__ONNX_DIR``,
+:mod:`app.encoders.onnx_folder`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class EncoderSpec:
     factory: Callable[[], Encoder]
     source: str
     version: str = "builtin"  # a checkpoint's config "version", else a digest of its weights
+    info: dict | None = None  # what GET /v1/encoders shows before loading (an ONNX folder's licence, or its problem)
 
 
 def checkpoint_version(directory: Path, config: dict) -> str:
@@ -93,19 +96,22 @@ def load_checkpoint_dir(directory: str | Path) -> Encoder:
     return _checkpoint_spec(Path(directory)).factory()
 
 
-def discover(extra_dirs: Iterable[str | Path] = ()) -> dict[str, EncoderSpec]:
+def discover(extra_dirs: Iterable[str | Path] = (), onnx_dirs: Iterable[str | Path] = ()) -> dict[str, EncoderSpec]:
     """All encoders: baselines, default checkpoints, then user directories (later ones win).
 
     Each checkpoint is also listed as ``name@version``, the key a collection built with it uses,
     so a collection keeps its checkpoint while a newer one of the same name is the default. A
     directory itself named ``name@version`` holds such an older checkpoint: it is listed under that
-    key only, never as the plain name, which stays the current one.
+    key only, never as the plain name, which stays the current one. ONNX encoder folders (a
+    ``manifest.json``) follow the same rules in any of these roots; under ``onnx_dirs`` a folder
+    without a manifest is registered too, as broken, so naming it answers why.
     """
     specs = {key: spec for spec in _baselines() for key in (spec.name, versioned_name(spec.name, spec.version))}
     roots = [ASSETS, *map(Path, extra_dirs)]
     for root in roots:
         if not root.is_dir():
             continue
+        _add_onnx_folders(specs, root, strict=False)
         candidates = [root] if (root / "config.json").is_file() else sorted(root.iterdir())
         for directory in candidates:
             if (directory / "config.json").is_file():
@@ -117,7 +123,23 @@ def discover(extra_dirs: Iterable[str | Path] = ()) -> dict[str, EncoderSpec]:
                 else:
                     specs[spec.name] = spec
                 specs[key] = spec
+    for root in map(Path, onnx_dirs):
+        _add_onnx_folders(specs, root, strict=True)
     return specs
+
+
+def _add_onnx_folders(specs: dict[str, EncoderSpec], root: Path, *, strict: bool) -> None:
+    """The ONNX encoder folders under ``root``; ``strict``: also folders that lack a manifest (as broken)."""
+    from app.encoders.onnx_folder.discovery import entries
+
+    for directory, entry in entries(root, include_unlisted=strict):
+        spec = EncoderSpec(entry["name"], entry["modality"], entry["factory"], str(directory), entry["version"], entry["info"])
+        if entry["version"] == "invalid":  # answers for its folder's name only, and never shadows a working encoder
+            specs.setdefault(directory.name, spec)
+            continue
+        if not is_versioned(directory.name):
+            specs[spec.name] = spec
+        specs[versioned_name(spec.name, spec.version)] = spec
 
 
 def is_versioned(key: str) -> bool:

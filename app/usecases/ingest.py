@@ -89,6 +89,9 @@ async def ingest(
                 good.append(result)
         if good:
             name = state.collection.name
+            # an encoder without a hash head: codes from the collection's PCA + ITQ fit (app/usecases/posthoc_codes.py)
+            await services.posthoc.ingest_codes(state.collection, await services.encoders.load(state.collection.encoder_key), good,
+                                                len(state.index))
             try:
                 await services.commit(state, lambda good=good: services.catalog.upsert_items(name, good))
             except BaseException:

@@ -74,7 +74,9 @@ async def build_query(
         t = time.perf_counter()
         emb = await services.encoders.encode_text(collection.encoder_key, [params.text], patient=False)
         timings["encode_ms"] = (time.perf_counter() - t) * 1000
-        return Query(floats=emb.floats, codes=emb.codes, text=params.text)
+        encoder = await services.encoders.load(collection.encoder_key)
+        codes = services.posthoc.query_codes(collection, encoder, emb.floats, emb.codes)
+        return Query(floats=emb.floats, codes=codes, text=params.text)
     assert upload is not None
     encoder = await services.encoders.load(collection.encoder_key)
     t = time.perf_counter()
@@ -95,7 +97,8 @@ async def build_query(
     t = time.perf_counter()
     emb = await services.encoders.encode(collection.encoder_key, inputs, patient=False)
     timings["encode_ms"] = (time.perf_counter() - t) * 1000
-    return Query(floats=emb.floats, codes=emb.codes)
+    # an encoder without a hash head: the collection's fitted codes (app/usecases/posthoc_codes.py)
+    return Query(floats=emb.floats, codes=services.posthoc.query_codes(collection, encoder, emb.floats, emb.codes))
 
 
 # Largest PCM WAV decoded on the event loop: ~16 s of 16 kHz mono, or ~2.7 s of 48 kHz stereo;

@@ -28,6 +28,7 @@ from app.storage.index_store import CollectionIndex
 from app.storage.media_store import MediaStore
 from app.storage.protocol import open_catalog
 from app.storage.records import Collection, WriteResult
+from app.usecases.posthoc_codes import PostHocCodes
 from app.worker.encoding import EncoderPool
 
 log = logging.getLogger(__name__)
@@ -82,14 +83,16 @@ class Services:
         self.media = MediaStore(self.data_dir / "media")
         self.index_dir = self.data_dir / "indices"
         self.metrics = Metrics()
-        pool_args = (discover(settings.encoders.extra_dirs), settings.resolved_device(), settings.batching)
+        onnx_dirs = [settings.encoders.onnx_dir] if settings.encoders.onnx_dir else []
+        pool_args = (discover(settings.encoders.extra_dirs, onnx_dirs), settings.resolved_device(), settings.batching)
+        self.posthoc = PostHocCodes(self.data_dir / "posthoc", settings.encoders.posthoc_fit_vectors)
         if settings.ray_address and settings.cluster.embed_workers:
             from app.cluster.embedding import RayEncoderPool  # ingest encodes on Ray workers (cluster mode)
 
             self.encoders: EncoderPool = RayEncoderPool(
                 *pool_args, on_batch=self.metrics.observe_batch, ray_address=settings.ray_address,
                 workers=settings.cluster.embed_workers, cpus=settings.cluster.embed_cpus,
-                extra_dirs=list(settings.encoders.extra_dirs), torch_threads=settings.torch_threads,
+                extra_dirs=settings.encoders.all_dirs(), torch_threads=settings.torch_threads,
             )
         else:
             self.encoders = EncoderPool(*pool_args, on_batch=self.metrics.observe_batch)
@@ -198,6 +201,9 @@ class Services:
         if modality == "audio":
             window_s = float(request.get("window_s") or encoder.default_window_s or 1.0)
             hop_s = float(request.get("hop_s") or encoder.default_hop_s or window_s / 2)
+            fixed = getattr(encoder, "fixed_window_s", None)  # an ONNX model exported for one window length
+            if fixed is not None and abs(window_s - fixed) > 1e-9:
+                raise InvalidInput(f"encoder {encoder_name!r} takes windows of exactly {fixed} s; omit window_s or pass {fixed}")
             if hop_s > window_s:
                 raise InvalidInput(f"hop_s ({hop_s}) must not exceed window_s ({window_s}): audio between windows would never be indexed")
         collection = Collection(
@@ -220,6 +226,7 @@ class Services:
                 if scan is not None:
                     await scan.stop()
             state.index.delete_files()
+            self.posthoc.forget(state.collection)
             self.media.delete(media)
             self.media.delete_collection(name)
 

@@ -7,11 +7,14 @@ from pathlib import Path
 from fastapi import APIRouter, Response
 
 from app.api.deps import ServicesDep
-from app.api.error_docs import BODY, V1, WRITE_503, error_responses
+from app.api.error_docs import BODY, DESCRIPTIONS, V1, WRITE_503, error_responses
 from app.api.schemas import CollectionCreate, CollectionPublic, CollectionsPublic
 from app.api.strict import StrictRoute
 from app.encoders.checkpoint import read_config
 from app.encoders.registry import is_versioned
+
+# the project's own encoders (baselines, trained checkpoints) come under the project's licence
+_LICENCE = "Apache-2.0"
 
 # bodies and query strings exactly as documented (no NaN, no repeated scalar parameter: app/api/strict.py)
 router = APIRouter(tags=["collections"], route_class=StrictRoute)
@@ -19,16 +22,22 @@ router = APIRouter(tags=["collections"], route_class=StrictRoute)
 
 @router.get("/encoders", responses=error_responses(*V1))
 def list_encoders(services: ServicesDep) -> dict:
-    """Every available encoder; loaded ones include their dims, bits and sample rate."""
+    """Every available encoder with its modality, dimension, licence, source and version; loaded ones
+    also their bits and sample rate. An ONNX encoder folder that cannot be used is listed with its
+    ``problem`` (a collection naming it gets that message as a 422)."""
     data = []
     for name, spec in sorted(services.encoders.specs.items()):
         if is_versioned(name):  # name@version keys serve collections built with older checkpoints
             continue
         row = {"name": name, "modality": spec.modality, "source": spec.source, "version": spec.version,
-               "loaded": name in services.encoders.encoders}
+               "loaded": name in services.encoders.encoders, "licence": _LICENCE if spec.info is None else None,
+               "dim": None}
+        if spec.info is not None:  # an ONNX folder: its manifest's licence and source; the folder as "folder"
+            row.update(spec.info, folder=spec.source)
         if row["loaded"]:
             row.update(services.encoders.encoders[name].describe())
-        else:  # what it is for, without loading it: the page shows this when creating a collection
+        elif spec.info is None or "description" not in spec.info:
+            # what it is for, without loading it: the page shows this when creating a collection
             row["description"] = _description(spec)
         row["default"] = name in (services.settings.encoders.default_audio, services.settings.encoders.default_image)
         data.append(row)
@@ -36,6 +45,8 @@ def list_encoders(services: ServicesDep) -> dict:
 
 
 def _description(spec) -> str:
+    if spec.info is not None:
+        return str(spec.info.get("problem", ""))
     if spec.source == "builtin":
         return getattr(spec.factory, "description", "")
     try:
@@ -45,7 +56,9 @@ def _description(spec) -> str:
 
 
 @router.post("/collections", status_code=201, response_model=CollectionPublic,
-             responses=error_responses(*V1, *BODY, 409, 507, e409="a collection with that name already exists", e503=WRITE_503))
+             responses=error_responses(*V1, *BODY, 409, 507, e409="a collection with that name already exists", e503=WRITE_503,
+                                       e422=DESCRIPTIONS[422] + "; or the named encoder's ONNX folder cannot be used "
+                                       "(details.problem says why: missing_file, checksum, shape, input_name, ...)"))
 async def create_collection(body: CollectionCreate, services: ServicesDep) -> dict:
     """Create a collection; defaults give a usable one with the modality's default encoder."""
     collection = await services.create_collection(body.model_dump())

@@ -1,0 +1,95 @@
+"""Per-collection binary codes for encoders that have no trained hash head (ONNX folders).
+
+Such an encoder's own codes are placeholders; a collection of it gets its codes from a PCA + ITQ
+fit (:mod:`app.encoders.onnx_folder.itq`) on its first ingest's vectors (up to
+``encoders.posthoc_fit_vectors``), stored under ``<data_dir>/posthoc/`` and applied to every later
+ingest and to every query, so the Hamming and two-stage searches compare codes of one hasher. The
+fit is frozen: codes already in the catalog never change; ``recall reembed`` builds a new
+collection, hence a new fit. The file is named after the collection and its creation time, so a
+collection deleted and created again under the same name never reads its predecessor's fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.encoders.onnx_folder.itq import ItqCodes, fit_itq
+from app.errors import Conflict
+from app.storage.records import Collection
+
+log = logging.getLogger(__name__)
+
+
+def uses_posthoc_codes(encoder: Any) -> bool:
+    return bool(getattr(encoder, "posthoc_codes", False))
+
+
+class PostHocCodes:
+    def __init__(self, directory: Path, fit_vectors: int) -> None:
+        self.directory = directory
+        self.fit_vectors = fit_vectors
+        self._fitted: dict[str, ItqCodes] = {}
+        self._lock = asyncio.Lock()
+
+    def path(self, collection: Collection) -> Path:
+        return self.directory / f"{collection.name}-{int(collection.created_at * 1_000_000)}.npz"
+
+    def get(self, collection: Collection) -> ItqCodes | None:
+        """The collection's fit, from memory or its file (written by this or another API process)."""
+        path = self.path(collection)
+        found = self._fitted.get(str(path))
+        if found is None and path.is_file():
+            found = self._fitted[str(path)] = ItqCodes.load(path)
+        return found
+
+    async def ingest_codes(self, collection: Collection, encoder: Any, items: list[Any], stored: int) -> None:
+        """Replace the placeholder codes of ``items`` (NewItem rows) with the collection's fitted ones,
+        fitting them first on these items' vectors when the collection has no fit yet.
+
+        ``stored``: windows the collection already indexes. With some stored and no fit found (its file
+        lost, e.g. a data directory copied without ``posthoc/``), a new fit would give codes that do
+        not compare with the stored ones, so the ingest is refused with the way out instead.
+        """
+        if not uses_posthoc_codes(encoder) or not items:
+            return
+        hasher = self.get(collection)
+        if hasher is None:
+            async with self._lock:  # two first ingests at once fit once
+                hasher = self.get(collection)
+                if hasher is None and stored:
+                    raise Conflict(f"collection {collection.name!r}: its binary-code fit {self.path(collection)} is "
+                                   "missing, and a new one would not match the stored codes; restore that file, or "
+                                   "re-embed the collection into a new one with `recall reembed SOURCE TARGET`")
+                if hasher is None:
+                    floats = np.concatenate([item.floats for item in items])[: self.fit_vectors]
+                    hasher = await asyncio.to_thread(self._fit_and_store, collection, floats)
+        for item in items:
+            item.codes = hasher.codes(item.floats)
+
+    def _fit_and_store(self, collection: Collection, floats: np.ndarray) -> ItqCodes:
+        hasher = fit_itq(floats, collection.bits)
+        path = self.path(collection)
+        if path.is_file():  # another API process sharing the data directory fitted first: use its fit
+            return self.get(collection) or hasher
+        hasher.save(path)
+        self._fitted[str(path)] = hasher
+        log.info("%s: binary codes fitted (PCA + ITQ) on %d vectors", collection.name, len(floats))
+        return hasher
+
+    def query_codes(self, collection: Collection, encoder: Any, floats: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """A query's codes under the collection's fit (its own codes for other encoders, or before any ingest:
+        an empty collection has nothing to match)."""
+        if not uses_posthoc_codes(encoder):
+            return codes
+        hasher = self.get(collection)
+        return codes if hasher is None else hasher.codes(floats)
+
+    def forget(self, collection: Collection) -> None:
+        path = self.path(collection)
+        self._fitted.pop(str(path), None)
+        path.unlink(missing_ok=True)
