@@ -17,6 +17,7 @@ _FEATURE_COMMANDS = {
     "reembed": "app.cli.reembed",
     "backup": "app.cli.backup",  # and restore
     "keys": "app.cli.keys",  # create, list, revoke
+    "encoders": "app.cli.encoders",  # check an ONNX encoder folder
 }
 _CORE_COMMANDS = "app.cli.core"
 

@@ -152,7 +152,9 @@ def reference_pixels(image: np.ndarray) -> np.ndarray:
 def reference_ids(text: str, tokenizer_path: Path) -> np.ndarray:
     from tokenizers import Tokenizer
 
-    ids = Tokenizer.from_file(str(tokenizer_path)).encode(text).ids[:CONTEXT]
+    ids = Tokenizer.from_file(str(tokenizer_path)).encode(text).ids
+    if len(ids) > CONTEXT:  # open_clip's rule: cut, and end with the end-of-text token anyway
+        ids = ids[: CONTEXT - 1] + ids[-1:]
     return np.asarray(ids + [0] * (CONTEXT - len(ids)), np.int64)
 
 

@@ -45,11 +45,13 @@ def folder_entry(directory: Path) -> dict[str, Any]:
                 "info": {"problem": exc.message, "licence": None, "family": None}}
     version = manifest.version or manifest.digest()
     if "@" in directory.name and directory.name != f"{manifest.name}@{version}":
-        message = f"encoder folder {directory} holds {manifest.name}@{version}; name the folder {manifest.name}@{version}"
+        # a renamed folder would answer for the wrong version
+        problem = FolderError(directory, "folder_name", f"holds {manifest.name}@{version}; name the folder {manifest.name}@{version}")
+        message = problem.message
         log.warning("%s", message)
 
         def misnamed() -> Any:
-            raise FolderError(directory, "folder_name", message.split(": ", 1)[1])
+            raise problem
 
         return {"name": directory.name, "modality": manifest.modality, "version": "invalid", "factory": misnamed,
                 "info": {"problem": message, "licence": manifest.licence, "family": manifest.family}}
