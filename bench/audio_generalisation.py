@@ -44,7 +44,7 @@ from app.training.retrieval import best_window_scores, mean_window_scores, retri
 RATE = 16000
 CORPUS_OF = {"asc_unseen_speakers": "asc", "asc_unseen_words": "asc", "fsdd_unseen_speakers": "fsdd",
              "fsdd_unseen_words": "fsdd", "esc_unseen_classes": "esc"}
-TRAINED = ("general-audio", "general-audio@5", "speech-attn-hash", "sounds-texture")
+TRAINED = ("general-audio", "general-audio-broad", "general-audio@5", "speech-attn-hash", "sounds-texture")
 
 
 def _rows(path: Path) -> list[dict[str, str]]:

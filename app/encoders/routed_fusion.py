@@ -37,7 +37,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from app.encoders._trained_audio import EmbedStep, example_windows, take_audio_config
+from app.encoders._trained_audio import example_windows, take_audio_config
 from app.encoders.audio_nets import fit_to_window
 from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
@@ -118,6 +118,22 @@ class SoundsStep(torch.nn.Module):
         return sounds, sounds_code, self.router(stats[:, 0]), z
 
 
+class SpeechStep(torch.nn.Module):
+    """(B, window) speech-rate waveforms -> (speech float, code values, front-end frames averaged over time).
+
+    The averaged frames feed the speech views' front-end view (version 7); without it that output is empty,
+    so the step costs what the branch alone costs."""
+
+    def __init__(self, features: torch.nn.Module, net: torch.nn.Module, keep_frames: bool) -> None:
+        super().__init__()
+        self.features, self.net, self.keep_frames = features, net, keep_frames
+
+    def forward(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        frames = self.features(waves)
+        values, codes = self.net.embed(frames)
+        return values, codes, frames.mean(dim=1) if self.keep_frames else frames.new_zeros(0)
+
+
 class JoinStep(torch.nn.Module):
     """Both halves' outputs -> (float embedding, code values): the speech views, then :func:`fuse`."""
 
@@ -125,11 +141,11 @@ class JoinStep(torch.nn.Module):
         super().__init__()
         self.views = views
 
-    def forward(self, speech: torch.Tensor, speech_code: torch.Tensor, sounds: torch.Tensor, sounds_code: torch.Tensor,
-                p_speech: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, speech: torch.Tensor, speech_code: torch.Tensor, pooled: torch.Tensor, sounds: torch.Tensor,
+                sounds_code: torch.Tensor, p_speech: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         extra_code = None
         if self.views is not None:  # fuse() normalises the speech half, so the views' weights hold
-            speech, extra_code = self.views(speech, z if z.numel() else None)
+            speech, extra_code = self.views(speech, z if z.numel() else None, pooled if pooled.numel() else None)
         return fuse(speech, speech_code, sounds, sounds_code, p_speech, extra_code)
 
 
@@ -152,8 +168,10 @@ class RoutedFusionEncoder(Encoder):
         self.views = views.eval() if views is not None else None
         self.dim = speech.dim + (views.extra_dim if views is not None else 0) + sounds.dim
         self.bits = speech.bits + sounds.bits  # the views' bits ride in the sounds half (fuse)
+        self.keeps_frames = views is not None and views.frontend_bits > 0
         self.steps = CpuTraces(Steps(SoundsStep(sounds, self.router, self.views).eval(),
-                                     EmbedStep(speech.features, speech.net).eval(), JoinStep(self.views).eval()),
+                                     SpeechStep(speech.features, speech.net, self.keeps_frames).eval(),
+                                     JoinStep(self.views).eval()),
                                self._trace_steps)
 
     def to(self, device: str) -> "RoutedFusionEncoder":
@@ -271,10 +289,13 @@ def load(directory: Path, config: dict[str, Any]) -> RoutedFusionEncoder:
         if int(config["sample_rate"]) != 16000:
             raise CheckpointError(f"{directory}: speech_views need the service rate 16000 Hz, not {config['sample_rate']}")
         speech = branches["speech"]
-        views = views_from_config(config["speech_views"], speech.dim, speech.bits)
+        frontend_dim = int(getattr(speech.net, "n_in", 0)) if config["speech_views"].get("frontend_bits") else 0
+        if frontend_dim and getattr(speech.features, "kind", None) != "speech-embedding":
+            raise CheckpointError(f"{directory}: the front-end view needs a speech branch on a pretrained front-end")
+        views = views_from_config(config["speech_views"], speech.dim, speech.bits, frontend_dim)
         load_state_strict(views, views_state, f"{directory} (speech_views)")
-        if views.mfcc_bits > sounds.bits:
-            raise CheckpointError(f"{directory}: {views.mfcc_bits} view bits do not fit the {sounds.bits}-bit sounds half")
+        if views.extra_bits > sounds.bits:
+            raise CheckpointError(f"{directory}: {views.extra_bits} view bits do not fit the {sounds.bits}-bit sounds half")
     elif views_state:
         raise CheckpointError(f"{directory}: weights hold speech views ({sorted(views_state)[:3]}) but the config has no speech_views")
     return RoutedFusionEncoder(config, branches["speech"], sounds, router, views)

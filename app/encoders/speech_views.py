@@ -21,6 +21,13 @@ For one window with speech-branch float ``s`` (its trained code values ``c``) an
   half of a speech window's code. With ``w^2`` equal to the ratio of bit counts, the float cosine and the
   Hamming similarity weight the two views alike.
 
+Version 7 adds a front-end view, for a speech branch on a pretrained front-end (speech_embedding): the
+front-end frames the head reads, averaged over time and centred by their training-side mean, ``m``; float part
+``sqrt(frontend_bits / speech_bits) * normalise(m)``, code values ``m @ frontend_proj`` (seeded Gaussian). A head
+trained on a few corpora narrows what the front-end knew about others (reports/audio/version6.md, the
+leave-one-corpus-out rows); keeping the front-end's own view beside it lets a language or voice the head never
+heard fall back to what the front-end knows (reports/audio/version7.md).
+
 The whitening touches the float only: the trained bits stay the code (the signs of whitened values
 were a worse code, Hamming/float 0.93; reports/audio/README.md).
 """
@@ -42,12 +49,18 @@ PREFIX = "views."
 class SpeechViews(torch.nn.Module):
     """The fixed statistics and projection; ``forward`` turns the speech branch's output into the speech half."""
 
-    def __init__(self, speech_dim: int, speech_bits: int, whiten: bool, mfcc_bits: int) -> None:
+    def __init__(self, speech_dim: int, speech_bits: int, whiten: bool, mfcc_bits: int,
+                 frontend_dim: int = 0, frontend_bits: int = 0) -> None:
         super().__init__()
-        if mfcc_bits < 0 or mfcc_bits % 8:
-            raise ValueError(f"mfcc_bits must be a non-negative multiple of 8, got {mfcc_bits}")
+        for name, bits in (("mfcc_bits", mfcc_bits), ("frontend_bits", frontend_bits)):
+            if bits < 0 or bits % 8:
+                raise ValueError(f"{name} must be a non-negative multiple of 8, got {bits}")
+        if frontend_bits and frontend_dim <= 0:
+            raise ValueError("the front-end view needs the front-end's frame size (frontend_dim)")
         self.speech_dim, self.speech_bits, self.whiten, self.mfcc_bits = speech_dim, speech_bits, whiten, mfcc_bits
+        self.frontend_dim, self.frontend_bits = frontend_dim if frontend_bits else 0, frontend_bits
         self.mfcc_weight = math.sqrt(mfcc_bits / speech_bits)
+        self.frontend_weight = math.sqrt(frontend_bits / speech_bits)
         if whiten:
             self.register_buffer("white_mean", torch.zeros(speech_dim))
             self.register_buffer("white_map", torch.eye(speech_dim))
@@ -56,10 +69,18 @@ class SpeechViews(torch.nn.Module):
             self.register_buffer("mfcc_scale", torch.ones(MFCC_DIM))
             self.register_buffer("mfcc_proj", torch.zeros(MFCC_DIM, mfcc_bits))
             self.logmel = LogMel(MFCC_RATE, n_mels=N_MELS)
+        if frontend_bits:
+            self.register_buffer("frontend_mean", torch.zeros(frontend_dim))
+            self.register_buffer("frontend_proj", torch.zeros(frontend_dim, frontend_bits))
 
     @property
     def extra_dim(self) -> int:
-        return MFCC_DIM if self.mfcc_bits else 0
+        return (MFCC_DIM if self.mfcc_bits else 0) + self.frontend_dim
+
+    @property
+    def extra_bits(self) -> int:
+        """The code bits the views add (they ride in the sounds half of a speech window's code)."""
+        return self.mfcc_bits + self.frontend_bits
 
     def standardised_mfcc(self, waves: torch.Tensor) -> torch.Tensor | None:
         """(B, samples) 16 kHz windows -> (B, 130) ``z``, or None without the MFCC view. It needs only the
@@ -73,20 +94,30 @@ class SpeechViews(torch.nn.Module):
         framing has computed those power spectra already (the fused encoder's sound statistics)."""
         return (levin_mfcc_batch(self.logmel.from_power(power).float()) - self.mfcc_mean) / self.mfcc_scale
 
-    def forward(self, speech: torch.Tensor, z: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(speech half float, before the router's weight; the view's code values, None without the MFCC view)."""
+    def forward(self, speech: torch.Tensor, z: torch.Tensor | None,
+                pooled: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(speech half float, before the router's weight; the views' code values, None without bits).
+
+        ``pooled`` is the front-end view's input: the speech branch's front-end frames averaged over time."""
         u = (speech - self.white_mean) @ self.white_map if self.whiten else speech
-        floats, codes = [torch.nn.functional.normalize(u, dim=1)], None
+        floats, codes = [torch.nn.functional.normalize(u, dim=1)], []
         if self.mfcc_bits:
             if z is None:
                 raise ValueError("the MFCC view needs standardised_mfcc(waves)")
             floats.append(self.mfcc_weight * torch.nn.functional.normalize(z, dim=1))
-            codes = z @ self.mfcc_proj
-        return torch.cat(floats, 1), codes
+            codes.append(z @ self.mfcc_proj)
+        if self.frontend_bits:
+            if pooled is None:
+                raise ValueError("the front-end view needs the speech branch's pooled front-end frames")
+            centred = pooled - self.frontend_mean
+            floats.append(self.frontend_weight * torch.nn.functional.normalize(centred, dim=1))
+            codes.append(centred @ self.frontend_proj)
+        return torch.cat(floats, 1), (torch.cat(codes, 1) if codes else None)
 
 
-def views_from_config(spec: dict[str, Any], speech_dim: int, speech_bits: int) -> SpeechViews:
-    return SpeechViews(speech_dim, speech_bits, spec.get("whiten_eps") is not None, int(spec.get("mfcc_bits", 0)))
+def views_from_config(spec: dict[str, Any], speech_dim: int, speech_bits: int, frontend_dim: int = 0) -> SpeechViews:
+    return SpeechViews(speech_dim, speech_bits, spec.get("whiten_eps") is not None, int(spec.get("mfcc_bits", 0)),
+                       frontend_dim, int(spec.get("frontend_bits", 0)))
 
 
 # -- fitting (numpy, float64), used by `recall train general-audio --views-from` ---------------------------
@@ -110,9 +141,10 @@ def random_projection(n_in: int, bits: int, seed: int) -> np.ndarray:
 
 
 def fitted_views(speech_floats: np.ndarray, raw_mfcc: np.ndarray, speech_bits: int, whiten_eps: float | None,
-                 mfcc_bits: int, seed: int) -> SpeechViews:
+                 mfcc_bits: int, seed: int, pooled_frames: np.ndarray | None = None, frontend_bits: int = 0) -> SpeechViews:
     """A SpeechViews whose buffers are fitted on training-side windows (no labels used)."""
-    views = SpeechViews(speech_floats.shape[1], speech_bits, whiten_eps is not None, mfcc_bits)
+    frontend_dim = pooled_frames.shape[1] if frontend_bits and pooled_frames is not None else 0
+    views = SpeechViews(speech_floats.shape[1], speech_bits, whiten_eps is not None, mfcc_bits, frontend_dim, frontend_bits)
     with torch.no_grad():
         if whiten_eps is not None:
             mean, mapping = fit_whitening(speech_floats, whiten_eps)
@@ -123,4 +155,8 @@ def fitted_views(speech_floats: np.ndarray, raw_mfcc: np.ndarray, speech_bits: i
             views.mfcc_mean.copy_(torch.from_numpy(mean))
             views.mfcc_scale.copy_(torch.from_numpy(scale))
             views.mfcc_proj.copy_(torch.from_numpy(random_projection(MFCC_DIM, mfcc_bits, seed)))
+        if frontend_bits:
+            views.frontend_mean.copy_(torch.from_numpy(np.asarray(pooled_frames, np.float64).mean(axis=0).astype(np.float32)))
+            # a different seed from the MFCC view's, so the two projections are independent
+            views.frontend_proj.copy_(torch.from_numpy(random_projection(frontend_dim, frontend_bits, seed + 1)))
     return views

@@ -300,6 +300,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="with --views-from: whiten the speech float, eigenvalues floored at EPS x the largest")
     p.add_argument("--mfcc-bits", type=int, default=0,
                    help="with --views-from: append the downsampled-MFCC view with this many code bits (multiple of 8)")
+    p.add_argument("--frontend-bits", type=int, default=0,
+                   help="with --views-from and a speech branch on a pretrained front-end: append the frozen front-end's "
+                        "centred mean frame with this many code bits (multiple of 8; version 7: 256)")
     p.add_argument("--digit-voices", type=int, default=48, help="espeak-ng voices per English digit word")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")

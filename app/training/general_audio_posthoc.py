@@ -62,14 +62,18 @@ def fit_views(data: Path, args: argparse.Namespace) -> int:
     """``--views-from``: no training; fit the speech views (app/training/speech_views_fit.py) and write --out."""
     from app.training.speech_views_fit import fit_views_checkpoint
 
-    if args.whiten_eps is None and not args.mfcc_bits:
-        raise SystemExit("--views-from needs --whiten-eps and/or --mfcc-bits")
+    if args.whiten_eps is None and not args.mfcc_bits and not args.frontend_bits:
+        raise SystemExit("--views-from needs --whiten-eps, --mfcc-bits and/or --frontend-bits")
     views = " and ".join(part for part, on in (("the speech float whitened", args.whiten_eps is not None),
-                                               (f"a downsampled-MFCC view with {args.mfcc_bits} bits", args.mfcc_bits)) if on)
+                                               (f"a downsampled-MFCC view with {args.mfcc_bits} bits", args.mfcc_bits),
+                                               (f"the frozen front-end's mean frame with {args.frontend_bits} bits",
+                                                args.frontend_bits)) if on)
     update = _config_update(args, "minutes on CPU: no network is trained, the statistics are fitted on training-side windows",
                             args.views_from, f"; plus training-free speech views: {views}")
-    out = fit_views_checkpoint(data, Path(args.views_from), Path(args.out), args.whiten_eps, args.mfcc_bits, args.seed, update)
-    print(f"speech views (whiten eps {args.whiten_eps}, {args.mfcc_bits} MFCC bits) fitted -> {out}")
+    out = fit_views_checkpoint(data, Path(args.views_from), Path(args.out), args.whiten_eps, args.mfcc_bits, args.seed, update,
+                               args.frontend_bits)
+    print(f"speech views (whiten eps {args.whiten_eps}, {args.mfcc_bits} MFCC bits, {args.frontend_bits} front-end bits) "
+          f"fitted -> {out}")
     return 0
 
 

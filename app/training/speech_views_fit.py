@@ -3,6 +3,8 @@
 
     recall train general-audio --data ../shared/data --views-from app/assets/models/general-audio@2 \\
         --whiten-eps 0.3 --mfcc-bits 64 --out app/assets/models/general-audio --version 3
+    recall train general-audio --data ../shared/data --views-from app/assets/models/general-audio@6 \\
+        --frontend-bits 256 --out app/assets/models/general-audio --version 7
 
 The statistics come from unlabelled training-side speech windows only: a seeded sample of 600 Arabic
 Speech Commands clips by the speakers the speech branch trained on (its held-out and validation speakers
@@ -63,7 +65,7 @@ def window_batches(clips: list[np.ndarray], rate: int, window_s: float, hop_s: f
 
 
 def fit_views_checkpoint(data: Path, source: Path, out: Path, whiten_eps: float | None, mfcc_bits: int, seed: int,
-                         config_update: dict[str, Any]) -> Path:
+                         config_update: dict[str, Any], frontend_bits: int = 0) -> Path:
     from app.encoders.registry import load_checkpoint_dir
     from app.training.audio_data import Record, load_waves
 
@@ -74,31 +76,44 @@ def fit_views_checkpoint(data: Path, source: Path, out: Path, whiten_eps: float 
     if stored.get("family") != "routed-fusion" or stored.get("speech_views") is not None:
         raise CheckpointError(f"{source}: --views-from needs a routed-fusion checkpoint without speech views")
     encoder = load_checkpoint_dir(source)
+    if frontend_bits and getattr(encoder.speech.features, "kind", None) != "speech-embedding":
+        raise SystemExit(f"--frontend-bits: {source}'s speech branch is not on a pretrained front-end")
+    if mfcc_bits + frontend_bits > encoder.sounds.bits:
+        raise SystemExit(f"--mfcc-bits + --frontend-bits ({mfcc_bits + frontend_bits}) exceed the {encoder.sounds.bits}-bit sounds half")
     without = stored.get("without")
     paths = fit_paths(data, read_config(source / "speech"), seed, without)
     if not paths:
         raise SystemExit("--views-from: no training-side speech clips left to fit the views on")
     clips = load_waves([Record(str(p), "") for p in paths], encoder.sample_rate, cache_dir="/tmp/recall-audio-cache")
     logmel = LogMel(encoder.sample_rate, n_mels=N_MELS)
-    floats, raw = [], []
+    floats, raw, pooled = [], [], []
     with torch.inference_mode():
         for waves in window_batches(clips, encoder.sample_rate, encoder.default_window_s, encoder.default_hop_s,
                                     encoder.window):
-            floats.append(encoder.speech.embed_tensor(encoder._speech_waves(waves))[0].float().cpu().numpy())
+            speech_waves = encoder._speech_waves(waves)
+            floats.append(encoder.speech.embed_tensor(speech_waves)[0].float().cpu().numpy())
             if mfcc_bits:
                 raw.append(downsampled_mfcc(torch.from_numpy(waves), logmel).numpy())
+            if frontend_bits:
+                pooled.append(encoder.speech.features(speech_waves).mean(dim=1).float().cpu().numpy())
     floats_arr = np.concatenate(floats)
     raw_arr = np.concatenate(raw) if raw else np.zeros((len(floats_arr), MFCC_DIM), np.float32)
-    views = fitted_views(floats_arr, raw_arr, encoder.speech.bits, whiten_eps, mfcc_bits, seed)
+    views = fitted_views(floats_arr, raw_arr, encoder.speech.bits, whiten_eps, mfcc_bits, seed,
+                         np.concatenate(pooled) if pooled else None, frontend_bits)
 
     out.mkdir(parents=True, exist_ok=True)
     for branch in ("speech", "sounds"):
         copy_branch(source / branch, out / branch)
-    if (source / "DATA.md").is_file():
-        shutil.copyfile(source / "DATA.md", out / "DATA.md")
+    if (source / "DATA.md").is_file():  # the branches' data card, and what the views were fitted on
+        card = (source / "DATA.md").read_text().rstrip("\n")
+        (out / "DATA.md").write_text(
+            f"{card}\n\n`{config_update.get('name', out.name)}` version {config_update.get('version')} is the checkpoint above "
+            f"plus training-free speech views fitted on {len(floats_arr)} unlabelled training-side windows "
+            f"(no label read, nothing trained): `{config_update.get('reproduce', {}).get('train', '')}`.\n")
     state, _ = load_checkpoint(source)
     state.update({PREFIX + k: v for k, v in views.state_dict().items()})
     spec = {"whiten_eps": whiten_eps, "mfcc_bits": mfcc_bits, "mfcc_weight": views.mfcc_weight, "seed": seed,
+            **({"frontend_bits": frontend_bits, "frontend_weight": views.frontend_weight} if frontend_bits else {}),
             "fitted_on": f"{len(floats_arr)} unlabelled training-side windows ({len(paths)} clips: "
                          + ", ".join(part for corpus, part in (("asc", "ASC training speakers"),
                                                                 ("fsdd", "FSDD george/lucas training digits"))

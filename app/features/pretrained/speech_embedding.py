@@ -152,6 +152,7 @@ class SpeechEmbeddingFeatures(torch.nn.Module):
     """
 
     sample_rate = SAMPLE_RATE
+    kind = "speech-embedding"  # as in a config's "features" (app/features/spectrogram.build_features)
 
     def __init__(self, pad_s: float = 0.0) -> None:
         super().__init__()
