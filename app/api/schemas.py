@@ -43,6 +43,11 @@ class IndexConfig(BaseModel):
     )
     nlist: int | None = Field(None, ge=16, le=MAX_NLIST, description="IVF lists; default the power of two nearest 4 sqrt(windows), at most 4096, retrained as the collection grows 4x")
     nprobe: int | None = Field(None, ge=1, le=MAX_NLIST, description="IVF lists a query scans by default (at most nlist); default: enough lists to read ~8192 codes, at least 16. A search may override it")
+    floats: Literal["memory", "mmap"] = Field(
+        "memory", description="Where the float vectors live: `memory` (the heap) or `mmap` (memory-mapped files beside the "
+        "index snapshots, paged in on demand: two-stage search reads only its shortlist's rows, so they need not fit in RAM). "
+        "Same results either way",
+    )
 
 
 class IndexPublic(BaseModel):
@@ -55,6 +60,8 @@ class IndexPublic(BaseModel):
     trained_on: int | None = Field(None, description="windows the answering IVF was trained on")
     last_build_s: float | None = Field(None, description="seconds the last IVF build took")
     last_error: str | None = Field(None, description="why the last IVF build failed (flat kept answering)")
+    floats: str = Field("memory", description="where the float vectors live: memory or mmap, as created")
+    float_file_bytes: int | None = Field(None, description="bytes of the memory-mapped float files (floats mmap; not in memory_bytes)")
 
 
 class CollectionCreate(BaseModel):

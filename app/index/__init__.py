@@ -12,6 +12,7 @@ Usage (the catalog chooses ids; the index only caches its rows)::
     floats = FloatIndex(dim=128)                      # rows must be L2-normalised float32
     sims, ids = floats.search(query_vectors, k)       # float32 cosine, descending; -inf / PAD_ID pad
     exact = floats.score(query_vector, shortlist)     # two-stage re-rank of Hamming candidates
+    floats = MappedFloatIndex(dim=128, directory=d)   # the same, rows in memory-mapped files (off the heap)
 
     codes = AdaptiveBinaryIndex(256, spec=IndexSpec("ivf"))   # flat, plus an IVF once trained
     codes.maybe_build()                               # background train + atomic swap (app.index.adaptive)
@@ -29,6 +30,7 @@ from app.index.base import PAD_ID, DuplicateIdError, SnapshotError, VectorIndex
 from app.index.binary_index import HAMMING_PAD, BinaryIndex
 from app.index.float_index import FloatIndex, cosine_distance
 from app.index.ivf import BinaryIVF
+from app.index.mapped_float import MappedFloatIndex
 from app.index.kinds import IndexSpec
 
 
@@ -48,6 +50,7 @@ __all__ = [
     "BinaryIndex",
     "DuplicateIdError",
     "FloatIndex",
+    "MappedFloatIndex",
     "SnapshotError",
     "VectorIndex",
     "cosine_distance",

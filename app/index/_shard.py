@@ -41,6 +41,11 @@ class Shard:
         """Bytes held, spare capacity included."""
         return self._data.nbytes + self._ids.nbytes
 
+    def reserve(self, needed: int) -> None:
+        """Make room for ``needed`` rows in all (an add reserves every shard before writing any, so
+        that running out of memory or disk space leaves the index unchanged)."""
+        self._reserve(needed)
+
     def append(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Append rows; return their row numbers."""
         start, m = self.size, len(ids)

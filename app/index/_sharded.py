@@ -113,7 +113,7 @@ class ShardedIndex:
         if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= _idmap.MAX_SHARDS:
             raise ValueError(f"shards must be an integer in [1, {_idmap.MAX_SHARDS}], got {shards!r}")
         self._width = width
-        self._shards = [Shard(row_width, dtype) for _ in range(shards)]
+        self._shards = [self._new_shard(row_width, dtype) for _ in range(shards)]
         self._map = IdMap()
         self._lock = ReadWriteLock()
         self.parallel_min_rows = PARALLEL_MIN_ROWS
@@ -133,6 +133,10 @@ class ShardedIndex:
     @classmethod
     def _row_layout(cls, width: int) -> tuple[int, np.dtype]:
         raise NotImplementedError
+
+    def _new_shard(self, row_width: int, dtype: type[np.generic]) -> Shard:
+        """Storage of one shard's rows: on the heap here; a file mapping for MappedFloatIndex."""
+        return Shard(row_width, dtype)
 
     @classmethod
     def _empty(cls, width: int, shards: int) -> Self:
@@ -165,6 +169,8 @@ class ShardedIndex:
             if found.any():
                 raise DuplicateIdError(f"ids already in the index (remove them first): {ids[found][:5].tolist()}")
             counts_per_shard = _split_evenly([s.size for s in self._shards], len(ids))
+            for shard, count in zip(self._shards, counts_per_shard, strict=True):
+                shard.reserve(shard.size + count)  # may raise (memory, disk space) before any row moves
             start, locations = 0, np.empty(len(ids), dtype=np.int64)
             for number, (shard, count) in enumerate(zip(self._shards, counts_per_shard, strict=True)):
                 if count:

@@ -19,10 +19,10 @@ import hashlib
 import os
 import struct
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -45,6 +45,7 @@ class Snapshot:
     last_seq: int
     ids: np.ndarray
     rows: np.ndarray
+    total: int = -1  # rows in the whole file (a piece of it holds fewer)
 
 
 def write_snapshot(
@@ -116,40 +117,81 @@ def read_snapshot(
     Raises:
         SnapshotError: missing, unreadable, truncated, wrong kind or version, or corrupt.
     """
+    pieces = list(read_snapshot_pieces(path, kind=kind, row_layout=row_layout, piece_bytes=None))
+    return pieces[0]
+
+
+def read_snapshot_pieces(
+    path: str | os.PathLike[str], *, kind: int, row_layout: Callable[[int], tuple[int, np.dtype]],
+    piece_bytes: int | None = _CHUNK_BYTES,
+) -> Iterator[Snapshot]:
+    """Read a snapshot as consecutive pieces of about ``piece_bytes`` of rows (None: one piece).
+
+    For an index whose rows must not all be on the heap at once (app/index/mapped_float.py): each
+    piece's rows are a buffer reused for the next piece, so the caller copies them where they go.
+    At least one piece is yielded (empty for an empty snapshot). The checksum covers the whole
+    file, so a SnapshotError can come after pieces were yielded: the caller then discards what it
+    built from them.
+
+    Raises:
+        SnapshotError: as :func:`read_snapshot`.
+    """
     path = Path(path)
     try:
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(_HEADER.size)
-            if len(head) < _HEADER.size:
-                raise SnapshotError(f"{path}: truncated header ({size} bytes)")
-            magic, version, got_kind, width, last_seq, count = _HEADER.unpack(head)
-            if magic != MAGIC:
-                raise SnapshotError(f"{path}: not an index snapshot (bad magic)")
-            if version != VERSION:
-                raise SnapshotError(f"{path}: snapshot version {version}, expected {VERSION}")
-            if got_kind != kind:
-                raise SnapshotError(f"{path}: snapshot of index kind {got_kind}, expected {kind}")
-            try:
-                elements, dtype = row_layout(width)
-            except ValueError as exc:
-                raise SnapshotError(f"{path}: {exc}") from exc
-            row_bytes = elements * dtype.itemsize
-            expected = _HEADER.size + count * (8 + row_bytes) + _DIGEST_BYTES
-            if count < 0 or size != expected:
-                raise SnapshotError(f"{path}: size {size} bytes, expected {expected} for {count} rows (truncated?)")
+            head, width, last_seq, count, elements, dtype = _read_header(f, path, kind, row_layout)
             digest = hashlib.sha256(head)
             ids = np.empty(count, dtype="<i8")
-            rows = np.empty((count, elements), dtype=dtype)
             _fill(f, ids, digest)
-            _fill(f, rows, digest)
-            if f.read(_DIGEST_BYTES) != digest.digest():
-                raise SnapshotError(f"{path}: checksum mismatch (corrupt snapshot)")
+            ids = ids.astype(np.int64, copy=False)
+            row_bytes = max(1, elements * dtype.itemsize)
+            step = count if piece_bytes is None else max(1, piece_bytes // row_bytes)
+            rows = np.empty((min(step, count), elements), dtype=dtype)
+            if count == 0:
+                _check_digest(f, digest)
+                yield Snapshot(kind=kind, width=width, last_seq=last_seq, ids=ids, rows=rows, total=0)
+                return
+            for start in range(0, count, step):
+                piece = rows[: min(step, count - start)]
+                _fill(f, piece, digest)
+                if start + len(piece) == count:
+                    _check_digest(f, digest)  # before the last piece: a full read is verified before use
+                yield Snapshot(kind=kind, width=width, last_seq=last_seq, ids=ids[start : start + len(piece)], rows=piece, total=count)
     except FileNotFoundError as exc:
         raise SnapshotError(f"{path}: no snapshot") from exc
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read snapshot: {exc}") from exc
-    return Snapshot(kind=got_kind, width=width, last_seq=last_seq, ids=ids.astype(np.int64, copy=False), rows=rows)
+
+
+def _read_header(
+    f: BinaryIO, path: Path, kind: int, row_layout: Callable[[int], tuple[int, np.dtype]]
+) -> tuple[bytes, int, int, int, int, np.dtype]:
+    """Check everything the header says, and the exact file size, before any row is read."""
+    size = os.fstat(f.fileno()).st_size
+    head = f.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        raise SnapshotError(f"{path}: truncated header ({size} bytes)")
+    magic, version, got_kind, width, last_seq, count = _HEADER.unpack(head)
+    if magic != MAGIC:
+        raise SnapshotError(f"{path}: not an index snapshot (bad magic)")
+    if version != VERSION:
+        raise SnapshotError(f"{path}: snapshot version {version}, expected {VERSION}")
+    if got_kind != kind:
+        raise SnapshotError(f"{path}: snapshot of index kind {got_kind}, expected {kind}")
+    try:
+        elements, dtype = row_layout(width)
+    except ValueError as exc:
+        raise SnapshotError(f"{path}: {exc}") from exc
+    row_bytes = elements * dtype.itemsize
+    expected = _HEADER.size + count * (8 + row_bytes) + _DIGEST_BYTES
+    if count < 0 or size != expected:
+        raise SnapshotError(f"{path}: size {size} bytes, expected {expected} for {count} rows (truncated?)")
+    return head, width, last_seq, count, elements, dtype
+
+
+def _check_digest(f: BinaryIO, digest: Any) -> None:
+    if f.read(_DIGEST_BYTES) != digest.digest():
+        raise SnapshotError(f"{f.name}: checksum mismatch (corrupt snapshot)")
 
 
 def _stream(array: np.ndarray, put: Callable[[memoryview], None]) -> None:

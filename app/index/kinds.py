@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 KINDS = ("auto", "flat", "ivf")
+# Where a collection's float vectors live: on the heap, or in memory-mapped files
+# (app/index/mapped_float.py) so that only the pages two-stage re-ranking reads need be in RAM.
+FLOAT_STORES = ("memory", "mmap")
 
 # FAISS warns below 39 training points per centroid: fewer leave centroids badly placed.
 MIN_POINTS_PER_LIST = 39
@@ -54,15 +57,19 @@ class IndexSpec:
         kind: "auto", "flat" or "ivf".
         nlist: IVF lists; None picks ~sqrt(n) from the count at training (see :func:`auto_nlist`).
         nprobe: lists a query scans by default; None: :func:`default_nprobe` of nlist.
+        floats: where the float vectors live, "memory" (the default) or "mmap".
     """
 
     kind: str = "auto"
     nlist: int | None = None
     nprobe: int | None = None
+    floats: str = "memory"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"index kind must be one of {list(KINDS)}, got {self.kind!r}")
+        if self.floats not in FLOAT_STORES:
+            raise ValueError(f"index floats must be one of {list(FLOAT_STORES)}, got {self.floats!r}")
         for name, low, high in (("nlist", MIN_NLIST, MAX_NLIST), ("nprobe", 1, MAX_NLIST)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
@@ -73,13 +80,14 @@ class IndexSpec:
             raise ValueError("a flat index has no nlist or nprobe; use kind 'ivf' or 'auto'")
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "nlist": self.nlist, "nprobe": self.nprobe}
+        return {"kind": self.kind, "nlist": self.nlist, "nprobe": self.nprobe, "floats": self.floats}
 
     @classmethod
     def from_json(cls, value: dict[str, Any] | None) -> "IndexSpec":
         if not value:
             return cls()
-        return cls(kind=value.get("kind", "auto"), nlist=value.get("nlist"), nprobe=value.get("nprobe"))
+        return cls(kind=value.get("kind", "auto"), nlist=value.get("nlist"), nprobe=value.get("nprobe"),
+                   floats=value.get("floats") or "memory")  # specs stored before the setting have none
 
     def trains_at(self, auto_windows: int) -> int | None:
         """Codes the collection must hold before an IVF is trained; None: never."""

@@ -117,7 +117,12 @@ async def search(
             scores, ids = await scan.search(query.codes, k, nprobe=_nprobe(index, options))
         else:
             scores, ids = await scan.search(query.floats, k)
-        distances = _segment_distances(index, query, options, depth, scores, ids, _map_top(collection, query, options, depth))
+        args = (index, query, options, depth, scores, ids, _map_top(collection, query, options, depth))
+        if options.mode == "two_stage" and getattr(index.float, "MAPPED", False):
+            # the shortlist's rows may have to be read from disk: not on the event loop
+            distances = await asyncio.to_thread(_segment_distances, *args)
+        else:
+            distances = _segment_distances(*args)
         # every item beyond the scanned depth is at least as far as the worst scanned segment,
         # so the top k are final once k items are found or the whole index was scanned
         hits = await asyncio.to_thread(_rank, catalog, collection, query, options, distances, depth >= total, with_items)

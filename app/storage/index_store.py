@@ -11,6 +11,10 @@ plus an IVF when the collection's index kind asks for one (app/index/kinds.py). 
 on a background thread from the flat codes, which equal the catalog's at the applied sequence, and
 is snapshotted beside the flat snapshot with the same sequence; a missing or stale IVF snapshot is
 rebuilt the same way while the flat index answers.
+
+The float vectors live on the heap (:class:`~app.index.FloatIndex`) or, when the collection's
+index spec says ``floats: "mmap"``, in memory-mapped files (:class:`~app.index.MappedFloatIndex`):
+the same snapshot file, the same replay and rebuild, only the rows' storage differs.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from app.index import AdaptiveBinaryIndex, FloatIndex, SnapshotError
+from app.index import AdaptiveBinaryIndex, FloatIndex, MappedFloatIndex, SnapshotError
 from app.index.adaptive import ivf_path
 from app.storage.records import Collection, WriteResult
 
@@ -42,10 +46,10 @@ class CollectionIndex:
         self.shards = shards
         self.auto_windows = auto_windows  # index.auto_ivf_windows: when an "auto" collection gets its IVF
         self.binary: AdaptiveBinaryIndex | None = self._new_binary() if "binary" in collection.index_kinds else None
-        self.float: FloatIndex | None = FloatIndex(collection.dim, shards=shards) if "float" in collection.index_kinds else None
+        self.snapshots = True  # False when built from a shared catalog: no files of its own
+        self.float: FloatIndex | None = self._new_float() if "float" in collection.index_kinds else None
         self.applied_seq = 0
         self.unsnapshotted = 0
-        self.snapshots = True  # False when built from a shared catalog: no files of its own
         self._write_lock = threading.Lock()  # one writer at a time; the indices guard their own readers
 
     # --- paths ----------------------------------------------------------------------------
@@ -63,7 +67,17 @@ class CollectionIndex:
         self.unsnapshotted += 1  # the next snapshot (at the latest on shutdown) saves the new IVF
 
     def _new(self, kind: str) -> AdaptiveBinaryIndex | FloatIndex:
-        return self._new_binary() if kind == "binary" else FloatIndex(self.collection.dim, shards=self.shards)
+        return self._new_binary() if kind == "binary" else self._new_float()
+
+    def _mapped_dir(self) -> Path | None:
+        """Where mapped float files go: beside the snapshots (the data disk), or the temp folder
+        when this index has no directory of its own (built from a shared catalog)."""
+        return self.directory if self.snapshots else None
+
+    def _new_float(self) -> FloatIndex:
+        if self.collection.index_spec.floats == "mmap":
+            return MappedFloatIndex(self.collection.dim, shards=self.shards, directory=self._mapped_dir())
+        return FloatIndex(self.collection.dim, shards=self.shards)
 
     def maybe_build(self) -> None:
         """Start training the collection's IVF in the background when its kind and size ask for one."""
@@ -72,8 +86,14 @@ class CollectionIndex:
             self.binary.maybe_build()
 
     def describe_index(self) -> dict[str, Any] | None:
-        """Which index answers binary searches, for GET /v1/collections/{name}."""
-        return self.binary.describe() if self.binary is not None else None
+        """Which index answers binary searches and where the floats live, for GET /v1/collections/{name}."""
+        if self.binary is None:
+            return None
+        found = self.binary.describe()
+        found["floats"] = self.collection.index_spec.floats
+        if isinstance(self.float, MappedFloatIndex):
+            found["float_file_bytes"] = self.float.file_bytes()
+        return found
 
     def indices(self) -> list[tuple[str, AdaptiveBinaryIndex | FloatIndex]]:
         return [(k, ix) for k, ix in (("binary", self.binary), ("float", self.float)) if ix is not None]
@@ -104,6 +124,8 @@ class CollectionIndex:
         try:
             if kind == "binary":
                 index, seq = AdaptiveBinaryIndex.load(path, self.shards, self.collection.index_spec, self.auto_windows)
+            elif self.collection.index_spec.floats == "mmap":
+                index, seq = MappedFloatIndex.load(path, shards=self.shards, directory=self._mapped_dir())
             else:
                 index, seq = FloatIndex.load(path, shards=self.shards)
             self._check_shape(kind, index)
@@ -262,12 +284,15 @@ class CollectionIndex:
         catalog.prune_tombstones(self.collection.name, seq)
 
     def delete_files(self) -> None:
+        if isinstance(self.float, MappedFloatIndex):
+            self.float.close()  # frees the mapped files' disk space now, not at garbage collection
         if not self.snapshots:
             return
         for path in [*self.snapshot_paths(), ivf_path(self._path("binary"))]:
             path.unlink(missing_ok=True)
 
     def memory_bytes(self) -> int:
+        """Heap bytes of the indices (mapped float files are counted apart: ``float_file_bytes``)."""
         return sum(index.memory_bytes() for _, index in self.indices())
 
     def __len__(self) -> int:

@@ -155,7 +155,7 @@ async def _run_search(
     rerank_scores = None
     if rerank and hits:
         t = time.perf_counter()
-        if state.index.float is not None:  # an in-memory gather: no thread hop needed
+        if state.index.float is not None and not getattr(state.index.float, "MAPPED", False):  # an in-memory gather: no thread hop needed
             vectors = _item_vectors(services, state, hits)
         else:
             vectors = await asyncio.to_thread(_item_vectors, services, state, hits)

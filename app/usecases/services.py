@@ -55,6 +55,8 @@ def index_spec(request: dict[str, Any] | None, kinds: tuple[str, ...]) -> IndexS
         raise InvalidInput(str(exc)) from exc
     if spec.kind == "ivf" and "binary" not in kinds:
         raise InvalidInput("index kind 'ivf' indexes binary codes; this collection has no binary index (index_kinds)")
+    if spec.floats == "mmap" and "float" not in kinds:
+        raise InvalidInput("index floats 'mmap' maps the float vectors to a file; this collection has no float index (index_kinds)")
     return spec
 
 
