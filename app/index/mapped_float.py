@@ -30,6 +30,9 @@ from app.index._snapshot import read_snapshot_pieces
 from app.index.base import SnapshotError
 from app.index.float_index import FloatIndex
 
+# Rows read from a snapshot per piece while loading: the heap holds one piece at a time.
+PIECE_BYTES = 16 << 20
+
 
 class MappedFloatIndex(FloatIndex):
     """:class:`FloatIndex` with its rows in memory-mapped files.
@@ -79,7 +82,7 @@ class MappedFloatIndex(FloatIndex):
         index: MappedFloatIndex | None = None
         last_seq = 0
         try:
-            for piece in read_snapshot_pieces(path, kind=cls.KIND, row_layout=cls._row_layout):
+            for piece in read_snapshot_pieces(path, kind=cls.KIND, row_layout=cls._row_layout, piece_bytes=PIECE_BYTES):
                 if index is None:
                     # rows were checked when first added; re-checking norms on load is wasted work
                     index = cls(piece.width, shards=shards, check_norm=False, directory=directory)
