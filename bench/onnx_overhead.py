@@ -9,8 +9,10 @@ then one ``session.run`` on the same session object. The service's side adds wha
 query: the encoder wrapper (shape and NaN checks, L2 normalisation, placeholder codes), the encoder
 pool's dynamic batcher (a hop to its model thread and back to the event loop) and the collection's
 PCA + ITQ query code. ``wrapper`` is the encoder's ``encode`` and the query code without the pool,
-on the calling thread. The sides run in alternating blocks so that a busy machine slows them alike;
-the overhead is the difference of the medians (and of the 90th percentiles).
+on the calling thread. The sides run in alternating blocks of 25 calls; the overhead is the median,
+over the rounds, of a block's median minus the median of the direct block just before it, so that
+load from other processes, which comes and goes over seconds, mostly cancels (the plain difference
+of the overall medians is reported too).
 
 Two sizes of randomly initialised model, exported here with torch.onnx.export (nothing downloaded):
 ``tiny`` (the tests' models, where the overhead is most of the time) and ``medium`` (a 224-pixel
@@ -130,20 +132,27 @@ async def _compare(direct: Callable[[], Any], wrapper: Callable[[], Any], path: 
     """
     sides: dict[str, Callable[[], Any]] = {"direct": direct, "wrapper": wrapper, "service_path": path}
     times: dict[str, list[float]] = {side: [] for side in sides}
+    block_medians: dict[str, list[float]] = {side: [] for side in sides}
     while len(times["direct"]) < repeats:
         for side, call in sides.items():
+            block = []
             for i in range(WARM + BLOCK):
                 started = time.perf_counter()
                 result = call()
                 if asyncio.iscoroutine(result):
                     await result
                 if i >= WARM:
-                    times[side].append(time.perf_counter() - started)
+                    block.append(time.perf_counter() - started)
+            times[side] += block
+            block_medians[side].append(statistics.median(block))
     out: dict[str, Any] = {side: _stats(samples) for side, samples in times.items()}
     for side in ("wrapper", "service_path"):
         tag = "overhead" if side == "service_path" else "wrapper_overhead"
-        out[f"{tag}_median_ms"] = round(out[side]["median_ms"] - out["direct"]["median_ms"], 4)
-        out[f"{tag}_p90_ms"] = round(out[side]["p90_ms"] - out["direct"]["p90_ms"], 4)
+        # paired: each block against the direct block just before it, so that load from other
+        # processes (which comes and goes over seconds) cancels; the median over the pairs
+        pairs = [b - d for b, d in zip(block_medians[side], block_medians["direct"])]
+        out[f"{tag}_median_ms"] = round(statistics.median(pairs) * 1000, 4)
+        out[f"{tag}_unpaired_median_ms"] = round(out[side]["median_ms"] - out["direct"]["median_ms"], 4)
     return out
 
 
