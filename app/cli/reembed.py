@@ -19,6 +19,9 @@ from typing import Any
 from app import errors
 
 COPIED_OPTIONS = ("window_s", "hop_s", "index_kinds", "description")
+FIRST_BATCH = 256  # files in the first ingest request (a job on the service's side when over its sync limit)
+BATCH = 16  # files per later request
+BATCH_BYTES = 32 * 1024 * 1024  # below the service's default request limit (50 MB)
 
 
 def reembed(client: Any, source: str, target: str, encoder: str | None = None, page_size: int = 100) -> dict[str, Any]:
@@ -33,7 +36,17 @@ def reembed(client: Any, source: str, target: str, encoder: str | None = None, p
         present: set[str] = set()
     except errors.Conflict:  # resuming: keep what an earlier run copied
         present = {item["id"] for item in _all_items(client, target, page_size)}
-    copied, skipped, without_media = 0, 0, []
+    copied, skipped, without_media, failed = 0, 0, [], []
+    batch: list[dict[str, Any]] = []
+
+    def send() -> None:
+        nonlocal copied
+        report = client.ingest(target, [(i["filename"] or i["id"], i["data"]) for i in batch], ids=[i["id"] for i in batch],
+                               metadata=[i["metadata"] for i in batch])
+        failed.extend(e["id"] for e in report["errors"])
+        copied += len(batch) - len(report["errors"])
+        batch.clear()
+
     for item in _all_items(client, source, page_size):
         if item["id"] in present:
             skipped += 1
@@ -41,9 +54,16 @@ def reembed(client: Any, source: str, target: str, encoder: str | None = None, p
             without_media.append(item["id"])
         else:
             data = client.get_media(source, item["id"])
-            client.ingest(target, [(item["filename"] or item["id"], data)], ids=[item["id"]], metadata=[item["metadata"]])
-            copied += 1
-    return {"source": source, "target": target, "copied": copied, "already_there": skipped, "without_media": without_media}
+            # the first request is the large one: a foreign (ONNX) encoder fits the new collection's binary
+            # codes on its vectors (app/usecases/posthoc_codes.py); later ones are modest batches
+            limit = FIRST_BATCH if copied == 0 and not present else BATCH
+            if batch and (len(batch) >= limit or sum(len(i["data"]) for i in batch) + len(data) > BATCH_BYTES):
+                send()
+            batch.append({**item, "data": data})
+    if batch:
+        send()
+    return {"source": source, "target": target, "copied": copied, "already_there": skipped, "without_media": without_media,
+            "failed": failed}
 
 
 def _all_items(client: Any, collection: str, page_size: int) -> list[dict[str, Any]]:
@@ -62,11 +82,13 @@ def reembed_command(args: argparse.Namespace) -> int:
     with RecallClient(args.url, api_key=args.api_key) as client:
         report = reembed(client, args.source, args.target, args.encoder)
     print(f"{report['copied']} items re-embedded into {args.target} ({report['already_there']} were already there)")
+    for item_id in report["failed"]:
+        print(f"not copied: {item_id}", file=sys.stderr)
     if report["without_media"]:
         print(f"{len(report['without_media'])} items have no stored media and were not copied: "
               f"{', '.join(report['without_media'][:20])}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if report["failed"] else 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -12,8 +12,8 @@ The catalog is the source of truth, so a backup is built around one snapshot of 
 4. Index snapshots are copied when they include nothing newer than S; one newer than S would
    hold vectors S does not have, so it is left out and the restored service rebuilds that index
    from the catalog (index snapshots are caches; opening a collection checks them anyway).
-5. Judgment files (append-only text, outside the catalog) and the hashed API keys (``keys.json``) are
-   copied as they are.
+5. Judgment files (append-only text, outside the catalog), the binary-code fits of ONNX encoders'
+   collections (``posthoc/``) and the hashed API keys (``keys.json``) are copied as they are.
 
 Everything is written under a temporary name next to the destination and renamed into place
 last, with a manifest (counts and sha256 of every file), so a half-written backup never looks
@@ -83,9 +83,13 @@ def backup(data_dir: Path, dest: Path) -> dict[str, Any]:
                     skipped.append(relative)
         if (data_dir / KEYS).is_file():  # hashed API keys: without them a restored service would run with keys off
             files[KEYS] = _copy(data_dir / KEYS, staging / KEYS)
-        judgments = data_dir / "judgments"
-        if judgments.is_dir():
-            for path in sorted(p for p in judgments.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        # judgments; and the binary-code fits of ONNX encoders' collections (app/usecases/posthoc_codes.py),
+        # each written once, before any code made with it is committed, so a copy is whole and not too new
+        for folder in (data_dir / "judgments", data_dir / "posthoc"):
+            if not folder.is_dir():
+                continue
+            for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")
+                               and not p.name.endswith(".tmp")):
                 relative = path.relative_to(data_dir).as_posix()
                 files[relative] = _copy(path, staging / relative)
         files[CATALOG] = _describe(staging / CATALOG)

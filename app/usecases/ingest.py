@@ -74,36 +74,55 @@ async def ingest(
     """Ingest files; returns what was indexed and, per failed file, why."""
     report = IngestReport()
     pending = _drop_duplicate_ids(uploads, report)
-    for start in range(0, len(pending), COMMIT_CHUNK):
-        chunk = pending[start : start + COMMIT_CHUNK]
-        prepared = await asyncio.gather(*(prepare(services, state, u) for u in chunk), return_exceptions=True)
-        disk = next((r for r in prepared if isinstance(r, (InsufficientStorage, StorageReadOnly))), None)
-        if disk is not None:
-            services.media.delete([r.media_path for r in prepared if isinstance(r, NewItem) and r.media_path])
-            raise disk
-        good: list[NewItem] = []
-        for upload, result in zip(chunk, prepared):
-            if isinstance(result, BaseException):
-                report.errors.append(_error_row(upload, result))
-            else:
-                good.append(result)
-        if good:
-            name = state.collection.name
-            # an encoder without a hash head: codes from the collection's PCA + ITQ fit (app/usecases/posthoc_codes.py)
-            await services.posthoc.ingest_codes(state.collection, await services.encoders.load(state.collection.encoder_key), good,
-                                                len(state.index))
-            try:
-                await services.commit(state, lambda good=good: services.catalog.upsert_items(name, good))
-            except BaseException:
-                services.media.delete([i.media_path for i in good if i.media_path])
-                raise
-            services.metrics.ingested.labels(name).inc(len(good))
-            report.indexed += [{"id": i.id, "filename": i.filename, "segments": len(i.times)} for i in good]
-        if progress is not None:
-            progress(min(start + COMMIT_CHUNK, len(pending)), report.errors)
+    chunks = [pending[start : start + COMMIT_CHUNK] for start in range(0, len(pending), COMMIT_CHUNK)]
+
+    async def prepare_chunk(chunk: list[Upload]) -> list[Any]:
+        return await asyncio.gather(*(prepare(services, state, u) for u in chunk), return_exceptions=True)
+
+    # an encoder without a hash head fits the collection's codes on its first vectors: the chunks that
+    # fit needs are prepared before the first commit (app/usecases/posthoc_codes.py)
+    encoder = await services.encoders.load(state.collection.encoder_key)
+    ahead = await services.posthoc.fit_ahead(state.collection, encoder, len(state.index), chunks, prepare_chunk)
+    try:
+        for index, chunk in enumerate(chunks):
+            start = index * COMMIT_CHUNK
+            prepared = ahead.pop(index) if index in ahead else await prepare_chunk(chunk)
+            await _commit_chunk(services, state, encoder, chunk, prepared, report)
+            if progress is not None:
+                progress(min(start + COMMIT_CHUNK, len(pending)), report.errors)
+    finally:  # chunks prepared for the fit that a failure kept from committing: their stored originals go
+        services.media.delete([r.media_path for results in ahead.values() for r in results
+                               if isinstance(r, NewItem) and r.media_path])
     if report.errors:
         services.metrics.failed.labels(state.collection.name).inc(len(report.errors))
     return report
+
+
+async def _commit_chunk(services: Services, state: CollectionState, encoder: Any, chunk: list[Upload],
+                        prepared: list[Any], report: IngestReport) -> None:
+    """One transaction for a chunk's good files; its bad ones are reported by name."""
+    disk = next((r for r in prepared if isinstance(r, (InsufficientStorage, StorageReadOnly))), None)
+    if disk is not None:
+        services.media.delete([r.media_path for r in prepared if isinstance(r, NewItem) and r.media_path])
+        raise disk
+    good: list[NewItem] = []
+    for upload, result in zip(chunk, prepared):
+        if isinstance(result, BaseException):
+            report.errors.append(_error_row(upload, result))
+        else:
+            good.append(result)
+    if not good:
+        return
+    name = state.collection.name
+    # an encoder without a hash head: codes from the collection's PCA + ITQ fit (app/usecases/posthoc_codes.py)
+    await services.posthoc.ingest_codes(state.collection, encoder, good, len(state.index))
+    try:
+        await services.commit(state, lambda: services.catalog.upsert_items(name, good))
+    except BaseException:
+        services.media.delete([i.media_path for i in good if i.media_path])
+        raise
+    services.metrics.ingested.labels(name).inc(len(good))
+    report.indexed += [{"id": i.id, "filename": i.filename, "segments": len(i.times)} for i in good]
 
 
 def _drop_duplicate_ids(uploads: list[Upload], report: IngestReport) -> list[Upload]:

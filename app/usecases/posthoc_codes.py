@@ -1,7 +1,7 @@
 """Per-collection binary codes for encoders that have no trained hash head (ONNX folders).
 
 Such an encoder's own codes are placeholders; a collection of it gets its codes from a PCA + ITQ
-fit (:mod:`app.encoders.onnx_folder.itq`) on its first ingest's vectors (up to
+fit (:mod:`app.encoders.onnx_folder.itq`) on its first ingest request's vectors (up to
 ``encoders.posthoc_fit_vectors``), stored under ``<data_dir>/posthoc/`` and applied to every later
 ingest and to every query, so the Hamming and two-stage searches compare codes of one hasher. The
 fit is frozen: codes already in the catalog never change; ``recall reembed`` builds a new
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import numpy as np
 
@@ -37,7 +37,8 @@ class PostHocCodes:
         self._lock = asyncio.Lock()
 
     def path(self, collection: Collection) -> Path:
-        return self.directory / f"{collection.name}-{int(collection.created_at * 1_000_000)}.npz"
+        # "@" never occurs in a collection name, so one collection's files never match another's name
+        return self.directory / f"{collection.name}@{int(collection.created_at * 1_000_000)}.npz"
 
     def get(self, collection: Collection) -> ItqCodes | None:
         """The collection's fit, from memory or its file (written by this or another API process)."""
@@ -62,14 +63,36 @@ class PostHocCodes:
             async with self._lock:  # two first ingests at once fit once
                 hasher = self.get(collection)
                 if hasher is None and stored:
-                    raise Conflict(f"collection {collection.name!r}: its binary-code fit {self.path(collection)} is "
-                                   "missing, and a new one would not match the stored codes; restore that file, or "
-                                   "re-embed the collection into a new one with `recall reembed SOURCE TARGET`")
+                    raise Conflict(self._lost(collection))
                 if hasher is None:
                     floats = np.concatenate([item.floats for item in items])[: self.fit_vectors]
                     hasher = await asyncio.to_thread(self._fit_and_store, collection, floats)
         for item in items:
             item.codes = hasher.codes(item.floats)
+
+    async def fit_ahead(self, collection: Collection, encoder: Any, stored: int, chunks: list[Any],
+                        prepare_chunk: Callable[[Any], Awaitable[list[Any]]]) -> dict[int, list[Any]]:
+        """Fit an empty collection's codes on its first ingest's first ``fit_vectors`` vectors.
+
+        The ingest commits in chunks of files; so that the fit sees the whole first request (up to
+        ``fit_vectors``) and not only its first chunk, the chunks it needs are prepared (decoded and
+        embedded) here first. Returns them by chunk index for the ingest to commit, in order.
+        """
+        if not uses_posthoc_codes(encoder) or stored or self.get(collection) is not None:
+            return {}
+        async with self._lock:  # two first ingests at once fit once
+            if self.get(collection) is not None:
+                return {}
+            ahead: dict[int, list[Any]] = {}
+            vectors: list[np.ndarray] = []
+            for index, chunk in enumerate(chunks):
+                ahead[index] = await prepare_chunk(chunk)
+                vectors += [r.floats for r in ahead[index] if not isinstance(r, BaseException)]
+                if sum(len(v) for v in vectors) >= self.fit_vectors:
+                    break
+            if vectors:
+                await asyncio.to_thread(self._fit_and_store, collection, np.concatenate(vectors)[: self.fit_vectors])
+            return ahead
 
     def _fit_and_store(self, collection: Collection, floats: np.ndarray) -> ItqCodes:
         hasher = fit_itq(floats, collection.bits)
@@ -81,13 +104,22 @@ class PostHocCodes:
         log.info("%s: binary codes fitted (PCA + ITQ) on %d vectors", collection.name, len(floats))
         return hasher
 
-    def query_codes(self, collection: Collection, encoder: Any, floats: np.ndarray, codes: np.ndarray) -> np.ndarray:
-        """A query's codes under the collection's fit (its own codes for other encoders, or before any ingest:
-        an empty collection has nothing to match)."""
+    def query_codes(self, collection: Collection, encoder: Any, floats: np.ndarray, codes: np.ndarray, *, stored: int,
+                    needs_codes: bool) -> np.ndarray:
+        """A query's codes under the collection's fit (its own codes for other encoders, or before any
+        ingest: an empty collection has nothing to match). ``needs_codes``: a binary or two-stage search;
+        one of those over stored codes whose fit is lost is refused (a float search still answers)."""
         if not uses_posthoc_codes(encoder):
             return codes
         hasher = self.get(collection)
+        if hasher is None and stored and needs_codes:
+            raise Conflict(self._lost(collection) + "; float searches (mode=float) still work")
         return codes if hasher is None else hasher.codes(floats)
+
+    def _lost(self, collection: Collection) -> str:
+        return (f"collection {collection.name!r}: its binary-code fit {self.path(collection)} is missing, and a new one "
+                "would not match the stored codes; restore that file, or re-embed the collection into a new one with "
+                "`recall reembed SOURCE TARGET`")
 
     def forget(self, collection: Collection) -> None:
         path = self.path(collection)

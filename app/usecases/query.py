@@ -75,7 +75,8 @@ async def build_query(
         emb = await services.encoders.encode_text(collection.encoder_key, [params.text], patient=False)
         timings["encode_ms"] = (time.perf_counter() - t) * 1000
         encoder = await services.encoders.load(collection.encoder_key)
-        codes = services.posthoc.query_codes(collection, encoder, emb.floats, emb.codes)
+        codes = services.posthoc.query_codes(collection, encoder, emb.floats, emb.codes, stored=len(state.index),
+                                             needs_codes=params.mode != "float")
         return Query(floats=emb.floats, codes=codes, text=params.text)
     assert upload is not None
     encoder = await services.encoders.load(collection.encoder_key)
@@ -98,7 +99,9 @@ async def build_query(
     emb = await services.encoders.encode(collection.encoder_key, inputs, patient=False)
     timings["encode_ms"] = (time.perf_counter() - t) * 1000
     # an encoder without a hash head: the collection's fitted codes (app/usecases/posthoc_codes.py)
-    return Query(floats=emb.floats, codes=services.posthoc.query_codes(collection, encoder, emb.floats, emb.codes))
+    codes = services.posthoc.query_codes(collection, encoder, emb.floats, emb.codes, stored=len(state.index),
+                                         needs_codes=params.mode != "float")
+    return Query(floats=emb.floats, codes=codes)
 
 
 # Largest PCM WAV decoded on the event loop: ~16 s of 16 kHz mono, or ~2.7 s of 48 kHz stereo;

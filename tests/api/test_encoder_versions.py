@@ -100,7 +100,7 @@ def test_collection_keeps_its_checkpoint_after_the_default_changes(tmp_path: Pat
         recall = RecallClient("http://testserver")
         recall.http = client  # the TestClient is an httpx.Client bound to this app
         report = reembed(recall, "old", "old-v2")
-        assert report == {"source": "old", "target": "old-v2", "copied": 8, "already_there": 0, "without_media": []}
+        assert report == {"source": "old", "target": "old-v2", "copied": 8, "already_there": 0, "without_media": [], "failed": []}
         assert reembed(recall, "old", "old-v2")["already_there"] == 8  # a second run resumes, copies nothing
         upgraded = client.get("/v1/collections/old-v2").json()
         assert upgraded["encoder_version"] == "2" and upgraded["items"] == 8 and upgraded["window_s"] == info["window_s"]

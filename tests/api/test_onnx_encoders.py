@@ -136,7 +136,7 @@ def test_image_example_search_equals_the_model_run_directly(service):
 
 
 def test_binary_search_uses_the_collection_s_fitted_codes(service):
-    fits = list((service["root"] / "data" / "posthoc").glob("photos-*.npz"))
+    fits = list((service["root"] / "data" / "posthoc").glob("photos@*.npz"))
     assert len(fits) == 1
     hasher = ItqCodes.load(fits[0])
     assert hasher.fitted_on == N_IMAGES and hasher.bits == DIM
