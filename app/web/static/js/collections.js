@@ -39,10 +39,16 @@ function describeEncoder() {
     info.textContent = "No encoder for this kind of collection is installed.";
     return;
   }
+  // a bring-your-own (ONNX) encoder: where it comes from and under which licence, from its manifest
+  const facts = row.family
+    ? [`${row.family}`, row.dim && `${row.dim}-d`, row.licence && `licence ${row.licence}`, row.source && `source ${row.source}`,
+       row.version && `version ${row.version}`].filter(Boolean).join(" · ")
+    : "";
   info.replaceChildren(
     el("strong", {}, GOOD_FOR[row.name] || "Good for: see the description."),
     el("br"),
-    el("span", { className: "muted" }, row.description || ""));
+    el("span", { className: "muted" }, row.description || ""),
+    ...(facts ? [el("br"), el("span", { className: "muted" }, facts)] : []));
 }
 
 export function openCreate() {
