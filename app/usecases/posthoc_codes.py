@@ -97,11 +97,13 @@ class PostHocCodes:
     def _fit_and_store(self, collection: Collection, floats: np.ndarray) -> ItqCodes:
         hasher = fit_itq(floats, collection.bits)
         path = self.path(collection)
-        if path.is_file():  # another API process sharing the data directory fitted first: use its fit
-            return self.get(collection) or hasher
-        hasher.save(path)
+        try:
+            hasher.save(path)
+        except FileExistsError:  # another API process sharing the data directory fitted first: its fit it is
+            hasher = ItqCodes.load(path)
+        else:
+            log.info("%s: binary codes fitted (PCA + ITQ) on %d vectors", collection.name, len(floats))
         self._fitted[str(path)] = hasher
-        log.info("%s: binary codes fitted (PCA + ITQ) on %d vectors", collection.name, len(floats))
         return hasher
 
     def query_codes(self, collection: Collection, encoder: Any, floats: np.ndarray, codes: np.ndarray, *, stored: int,

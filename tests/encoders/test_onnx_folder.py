@@ -129,3 +129,14 @@ def test_itq_codes_are_balanced_and_survive_a_round_trip(tmp_path):
     assert few.codes(x).shape == (500, 2)
     with pytest.raises(ValueError):
         fit_itq(x, 12)
+
+
+def test_a_fit_is_never_replaced(tmp_path):
+    """Two API processes fitting one collection at once: the second save fails, and it reads the first."""
+    rng = np.random.default_rng(1)
+    first, second = fit_itq(rng.standard_normal((50, 16)), 8), fit_itq(rng.standard_normal((50, 16)), 8)
+    first.save(tmp_path / "c.npz")
+    with pytest.raises(FileExistsError):
+        second.save(tmp_path / "c.npz")
+    assert np.array_equal(ItqCodes.load(tmp_path / "c.npz").projection, first.projection)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npz"]  # no temporary file left

@@ -39,14 +39,19 @@ class ItqCodes:
         return pack_bits(((floats - self.mean) @ self.projection) > 0)
 
     def save(self, path: Path) -> None:
-        """Written to a temporary name and renamed: a reader never sees half a file."""
+        """Written under a temporary name, then linked into place only if nothing is there yet
+        (FileExistsError otherwise): a reader never sees half a file, and of two API processes that
+        fit one collection at once (cluster mode shares the data directory) the first one wins."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("wb") as handle:
-            np.savez(handle, mean=self.mean, projection=self.projection, fitted_on=np.int64(self.fitted_on))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{id(self)}.tmp")
+        try:
+            with tmp.open("wb") as handle:
+                np.savez(handle, mean=self.mean, projection=self.projection, fitted_on=np.int64(self.fitted_on))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.link(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: Path) -> "ItqCodes":
