@@ -179,6 +179,17 @@ class ShardedIndex:
                     start += count
             self._map.insert(ids, locations)
 
+    def reserve(self, m: int) -> None:
+        """Make room now for ``m`` more rows, spread as the next ``add`` will spread them.
+
+        For storage that can run out (a mapped file on a full disk): the caller reserves before its
+        catalog write commits, so the index add that follows the commit cannot fail for space.
+        """
+        with self._lock.write():
+            counts = _split_evenly([s.size for s in self._shards], int(m))
+            for shard, count in zip(self._shards, counts, strict=True):
+                shard.reserve(shard.size + count)
+
     def remove(self, ids: Any) -> int:
         """Remove ids; ids not in the index are ignored.
 

@@ -256,6 +256,13 @@ class CollectionIndex:
 
     # --- changes --------------------------------------------------------------------------
 
+    def reserve(self, rows: int) -> None:
+        """Room for ``rows`` more float rows in mapped files, taken before a catalog write commits: a
+        full disk then fails the write (nothing stored) instead of the index update after it.
+        Heap indices grow as before."""
+        if isinstance(self.float, MappedFloatIndex) and rows > 0:
+            self.float.reserve(rows)
+
     def apply(self, write: WriteResult) -> None:
         """Apply a committed catalog write to every index of the collection."""
         with self._write_lock:

@@ -117,7 +117,7 @@ async def _commit_chunk(services: Services, state: CollectionState, encoder: Any
     # an encoder without a hash head: codes from the collection's PCA + ITQ fit (app/usecases/posthoc_codes.py)
     await services.posthoc.ingest_codes(state.collection, encoder, good, len(state.index))
     try:
-        await services.commit(state, lambda: services.catalog.upsert_items(name, good))
+        await services.commit(state, lambda: services.catalog.upsert_items(name, good), new_rows=sum(len(i.times) for i in good))
     except BaseException:
         services.media.delete([i.media_path for i in good if i.media_path])
         raise

@@ -24,6 +24,7 @@ from app.metrics import Metrics
 from app.search.pipeline import Scans
 from app.search.scan import SharedScan
 from app.settings import Settings
+from app.storage.disk_errors import disk_errors
 from app.storage.index_store import CollectionIndex
 from app.storage.media_store import MediaStore
 from app.storage.protocol import open_catalog
@@ -247,9 +248,16 @@ class Services:
 
     # --- writes ---------------------------------------------------------------------------
 
-    async def commit(self, state: CollectionState, write: Any) -> WriteResult:
-        """Run a catalog write and apply it to the indices, in commit order per collection."""
+    async def commit(self, state: CollectionState, write: Any, new_rows: int = 0) -> WriteResult:
+        """Run a catalog write and apply it to the indices, in commit order per collection.
+
+        ``new_rows``: segments the write adds; mapped float files make room for them first, so that
+        a full disk is a 507 with nothing stored rather than a committed write the index lacks.
+        """
         async with state.write_lock:
+            reserve = getattr(state.index, "reserve", None)  # cluster facades have no mapped files
+            if new_rows and reserve is not None:
+                await asyncio.to_thread(self._reserve, reserve, new_rows)
             result: WriteResult = await asyncio.to_thread(write)
             if self.shared:
                 await asyncio.to_thread(state.index.apply_shared, result, self.catalog)
@@ -259,6 +267,10 @@ class Services:
                 await asyncio.to_thread(self._snapshot, state.index)
         self.media.delete(result.replaced_media)
         return result
+
+    def _reserve(self, reserve: Any, rows: int) -> None:
+        with disk_errors(self.index_dir.parent):  # ENOSPC / EROFS: the usual 507 / 503
+            reserve(rows)
 
     def _snapshot(self, index: CollectionIndex) -> None:
         """Write an index snapshot, or log why not: a snapshot is a cache of the catalog, and the

@@ -3,10 +3,13 @@ and upserts honoured, a restart reloads the mapped floats, and a bad setting is 
 
 from __future__ import annotations
 
+import errno
+
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from app.index import _mapped_shard
 from app.main import create_app
 from app.search import pipeline
 from tests.conftest import error_of, make_settings, tone_wav, wave_bytes
@@ -83,3 +86,26 @@ def test_bad_floats_setting_is_one_422(tmp_path, request_body) -> None:
         assert response.status_code == 422, response.text
         error_of(response)
         assert client.get("/v1/collections").json()["count"] == 0
+
+
+def test_a_full_disk_for_the_mapped_floats_is_a_507_that_stores_nothing(tmp_path, monkeypatch) -> None:
+    with TestClient(create_app(make_settings(tmp_path))) as client:
+        client.post("/v1/collections", json={"name": "map", "modality": "audio", "index": {"floats": "mmap"}})
+        _ingest(client, "map", [0, 1])
+        before = client.get("/v1/collections/map").json()
+
+        def full(fd: int, offset: int, length: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(_mapped_shard.os, "posix_fallocate", full)
+        # 5 minutes of audio, ~600 windows: past the 2 x 256 rows the mapped files start with
+        files = [("files", (f"n{i}.wav", _band_noise(i, seconds=60))) for i in range(2, 7)]
+        response = client.post("/v1/collections/map/items", files=files)
+        assert response.status_code == 507, response.text
+        assert error_of(response)["details"]["reason"] == "disk_full"
+        after = client.get("/v1/collections/map").json()
+        assert (after["items"], after["segments"], after["indexed_segments"]) == (before["items"], before["segments"], before["indexed_segments"])
+        assert client.post("/v1/collections/map/search", json={"item_id": "n0", "k": 2}).status_code == 200
+        monkeypatch.undo()
+        _ingest(client, "map", [2, 3])  # space again: no restart needed
+        assert client.get("/v1/collections/map").json()["items"] == 4

@@ -205,3 +205,17 @@ def test_searches_during_growth_and_deletes_never_see_a_deleted_id(rng: np.rando
         t.join()
     assert not errors, errors[0]
     assert not np.isin(mapped.ids(), list(deleted)).any()
+
+
+def test_reserved_room_makes_the_next_add_need_no_allocation(rng: np.random.Generator, tmp_path: Path, monkeypatch) -> None:
+    mapped, _ = _pair(tmp_path, shards=3)
+    vectors = unit_vectors(rng, 5000, DIM)
+    mapped.add(np.arange(100), vectors[:100])
+    mapped.reserve(4900)
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_mapped_shard.os, "posix_fallocate", full)
+    mapped.add(np.arange(100, 5000), vectors[100:])  # the room was taken before: nothing to allocate now
+    np.testing.assert_array_equal(mapped.reconstruct(np.arange(5000)), vectors)
