@@ -87,9 +87,12 @@ class CollectionIndex:
 
     def describe_index(self) -> dict[str, Any] | None:
         """Which index answers binary searches and where the floats live, for GET /v1/collections/{name}."""
-        if self.binary is None:
+        if self.binary is not None:
+            found = self.binary.describe()
+        elif isinstance(self.float, MappedFloatIndex):  # float only: nothing answers binary searches
+            found = {**self.collection.index_spec.to_json(), "answering": None}
+        else:
             return None
-        found = self.binary.describe()
         found["floats"] = self.collection.index_spec.floats
         if isinstance(self.float, MappedFloatIndex):
             found["float_file_bytes"] = self.float.file_bytes()
