@@ -26,6 +26,7 @@ from app.training.augment import CHANNEL_AUGMENT, AugmentConfig, eval_window, tr
 from app.training.feature_bank import build_bank, draw
 from app.training.fine_tune import load_init_weights
 from app.training.spec_augment import MaskConfig, mask_features
+from app.training.frontend_view_loss import bank_mean, joined
 from app.training.losses import HashLossWeights, contrastive_loss, hashing_objective
 from app.training.retrieval import cosine_scores, hamming_scores, retrieval_metrics
 from app.training.samplers import LabelIndex, pair_batch, triplet_batch
@@ -91,6 +92,9 @@ class TrainConfig:
     # a frozen pretrained front-end (features with no trainable weights): embed this many augmented
     # windows of each training clip once, and draw each batch's features from them (0: every step anew)
     bank_copies: int = 0
+    # > 0: the triplet loss and mining see the head beside the frozen front-end's centred mean frame with this
+    # weight, as general-audio-broad joins them (app/training/frontend_view_loss.py); needs a feature bank
+    frontend_view: float = 0.0
 
     def __post_init__(self) -> None:
         if not (8 <= self.bits <= 2048 and self.bits % 8 == 0):
@@ -101,6 +105,8 @@ class TrainConfig:
             raise ValueError(f"split_by must be 'speaker' or 'label', got {self.split_by!r}")
         if self.window_s <= 0 or self.hop_s <= 0:
             raise ValueError("window and hop must be positive")
+        if self.frontend_view and not (0.0 < self.frontend_view < 1.0 and self.bank_copies > 0 and self.model == "attn-hash"):
+            raise ValueError("frontend_view needs attn-hash on a feature bank (--bank-copies) and a weight in (0, 1)")
 
     def model_dump(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -212,6 +218,7 @@ class Trainer:
         # a frozen front-end's frames, computed once (app/training/feature_bank.py)
         self.bank = (build_bank(self.features, self._train_windows, len(self.train_waves), cfg.bank_copies)
                      if cfg.bank_copies > 0 else None)
+        self.view_mean = bank_mean(self.bank) if cfg.frontend_view else None
         self.out = Path(cfg.out)
         self.state_path = self.out / "train_state.pt"
         self.epoch, self.best, self.bad_epochs, self.history = 0, -1.0, 0, []
@@ -260,14 +267,16 @@ class Trainer:
         if cfg.spec_augment:
             feats = mask_features(feats, self.net.input_mean, self.rng, MaskConfig())
         values, attention = self.net(feats)
+        ranked = joined(values, feats, self.view_mean, cfg.frontend_view) if cfg.frontend_view else values
         b = len(rows)
-        parts = [(values[i * b : (i + 1) * b], attention[i * b : (i + 1) * b]) for i in range(3)]
+        thirds = [torch.arange(i * b, (i + 1) * b, device=values.device) for i in range(3)]
         if cfg.mining in ("hard", "semihard"):
-            parts[2] = self._hardest_negatives(values, attention, rows)
-        return hashing_objective(tuple(p[0] for p in parts), tuple(p[1] for p in parts), self.weights)  # type: ignore[arg-type]
+            thirds[2] = self._hardest_negatives(ranked, rows)
+        return hashing_objective(tuple(values[t] for t in thirds), tuple(attention[t] for t in thirds), self.weights,  # type: ignore[arg-type]
+                                 tuple(ranked[t] for t in thirds) if cfg.frontend_view else None)  # type: ignore[arg-type]
 
-    def _hardest_negatives(self, values: torch.Tensor, attention: torch.Tensor, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Batch-mined negatives: for each anchor, a batch clip of another label close in cosine.
+    def _hardest_negatives(self, values: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        """Batch-mined negatives (their rows in the batch): for each anchor, a clip of another label close in cosine.
 
         "hard" takes the closest one (collapses easily from a random start); "semihard" takes the
         closest one that is still farther than the positive (FaceNet), keeping the sampled random
@@ -284,8 +293,7 @@ class Trainer:
         masked = sims.masked_fill(~candidates, -3.0)
         pick = masked.argmax(dim=1)
         fallback = torch.arange(2 * b, 3 * b, device=sims.device)  # the sampled random negative
-        pick = torch.where(candidates.any(dim=1), pick, fallback)
-        return values[pick], attention[pick]
+        return torch.where(candidates.any(dim=1), pick, fallback)  # rows of the batch
 
     # ---- evaluation ----------------------------------------------------------------------
     def embed(self, waves: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -295,7 +303,10 @@ class Trainer:
         floats, values = [], []
         with torch.inference_mode():
             for i in range(0, len(windows), 128):
-                f, v = self.net.embed(self.features(torch.from_numpy(windows[i : i + 128]).to(self.cfg.device)))
+                frames = self.features(torch.from_numpy(windows[i : i + 128]).to(self.cfg.device))
+                f, v = self.net.embed(frames)
+                if self.cfg.frontend_view:  # validate what the service will search (the codes stay the head's)
+                    f = joined(f, frames, self.view_mean, self.cfg.frontend_view)
                 floats.append(f.float().cpu().numpy())
                 values.append(v.float().cpu().numpy())
         return np.concatenate(floats), np.concatenate(values)

@@ -114,3 +114,63 @@ def test_the_view_is_refused_where_it_cannot_work(built: tuple[Path, list[str], 
     shutil.copytree(broad / "speech", bad / "speech")
     with pytest.raises((CheckpointError, ValueError), match="multiple of 8"):
         load_checkpoint_dir(bad)
+
+
+# ---- round 4: the head trained beside the view (app/training/frontend_view_loss.py) ----------------------------
+
+def test_joined_is_the_documented_weighted_direct_sum() -> None:
+    from app.training.frontend_view_loss import bank_mean, joined
+
+    rng = np.random.default_rng(3)
+    bank = torch.from_numpy(rng.standard_normal((5, 2, 4, 6)).astype(np.float32))
+    mean = bank_mean(bank)
+    np.testing.assert_allclose(mean.numpy(), bank.numpy().reshape(-1, 6).mean(axis=0), atol=1e-6)
+    values, frames = rng.standard_normal((3, 8)).astype(np.float32), rng.standard_normal((3, 4, 6)).astype(np.float32)
+    out = joined(torch.from_numpy(values), torch.from_numpy(frames), mean, 0.3).numpy()
+    unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
+    expected = np.c_[np.sqrt(0.7) * unit(values), np.sqrt(0.3) * unit(frames.mean(axis=1) - mean.numpy())]
+    np.testing.assert_allclose(out, expected, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-6)
+
+
+def test_the_triplet_term_ranks_the_joined_vector_and_quantisation_binds_the_head() -> None:
+    from app.training.losses import HashLossWeights, hashing_objective, quantisation, triplet_loss
+
+    torch.manual_seed(0)
+    values = tuple(torch.tanh(torch.randn(4, 8)) for _ in range(3))
+    attention = tuple(torch.softmax(torch.randn(4, 2, 5), dim=-1) for _ in range(3))
+    ranked = tuple(torch.randn(4, 12) for _ in range(3))
+    terms = hashing_objective(values, attention, HashLossWeights(), ranked)
+    assert torch.allclose(terms["triplet"], triplet_loss(*ranked, 0.5))
+    assert torch.allclose(terms["quantisation"], quantisation(*values))
+    assert not torch.allclose(terms["triplet"], triplet_loss(*values, 0.5))
+
+
+def test_a_trainer_with_the_view_validates_the_joined_vector_and_refuses_what_cannot_have_it(data: Path, tmp_path: Path) -> None:
+    from app.training.audio_train import TrainConfig, Trainer
+    from app.training.frontend_view_loss import joined
+
+    manifest = data / "asc" / "asc.csv"
+    common = dict(manifest=str(manifest), model="attn-hash", out=str(tmp_path / "run"), name="joint", bits=16,
+                  sample_rate=16000, window_s=1.0, hop_s=0.5, hidden=8, heads=2, d_a=6, epochs=1, steps_per_epoch=2,
+                  batch_size=4, holdout=["00000001"], val_groups=1, cache_dir=None, threads=1,
+                  features={"kind": "speech-embedding", "pad_s": 0.4})
+    with pytest.raises(ValueError, match="feature bank"):
+        TrainConfig(**common, frontend_view=0.5)  # no bank
+    with pytest.raises(ValueError, match="weight in"):
+        TrainConfig(**common, bank_copies=1, frontend_view=1.0)
+    trainer = Trainer(TrainConfig(**common, bank_copies=1, frontend_view=0.5))
+    np.testing.assert_allclose(trainer.view_mean.numpy(), trainer.bank.numpy().reshape(-1, 96).mean(axis=0), atol=1e-5)
+    metrics = trainer.run()
+    assert metrics["epoch"] == 1 and np.isfinite(metrics["loss_triplet"])
+    # what validation ranks is the joined vector: head floats with the view, not the head alone
+    floats, values = trainer.embed(trainer.val_waves)
+    assert floats.shape[1] == 16 + 96 and values.shape[1] == 16
+    windows = torch.from_numpy(trainer._eval_windows(trainer.val_waves))
+    with torch.inference_mode():
+        frames = trainer.features(windows)
+        head, _ = trainer.net.embed(frames)
+    np.testing.assert_allclose(floats, joined(head, frames, trainer.view_mean, 0.5).numpy(), atol=1e-5)
+    # the checkpoint is an ordinary attn-hash head: the view lives in the fused encoder (--frontend-bits)
+    assert read_config(tmp_path / "run")["training"]["frontend_view"] == 0.5
+    assert load_checkpoint_dir(tmp_path / "run").dim == 16
