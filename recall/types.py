@@ -27,12 +27,18 @@ class Readiness(TypedDict):
 
 class EncoderInfo(TypedDict):
     name: str
-    modality: Literal["audio", "image"]
-    source: str
+    modality: Literal["audio", "image", "unknown"]  # unknown: an ONNX folder whose manifest cannot be read
+    source: str  # a built-in's checkpoint path; an ONNX folder's manifest "source" (where the weights come from)
+    version: str
     loaded: bool
     default: bool
+    licence: str | None
+    dim: int | None  # None for a built-in encoder not loaded yet
+    # ONNX encoder folders (RECALL_ENCODERS__ONNX_DIR)
+    family: NotRequired[str | None]
+    folder: NotRequired[str]
+    problem: NotRequired[str]  # why the folder cannot be used; a collection naming it gets this as a 422
     # present once the encoder is loaded
-    dim: NotRequired[int]
     bits: NotRequired[int]
     sample_rate: NotRequired[int | None]
     default_window_s: NotRequired[float | None]
