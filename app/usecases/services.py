@@ -100,6 +100,7 @@ class Services:
         else:
             self.encoders = EncoderPool(*pool_args, on_batch=self.metrics.observe_batch)
         self.collections: dict[str, CollectionState] = {}
+        self.encoder_problems: dict[str, str] = {}  # ONNX folders that failed to load at start, and why
         self.not_ready: list[str] = ["starting"]
         self.loaded = False  # set once encoders, indices, jobs (and demo data) are ready
         self.started_at = time.time()
@@ -132,11 +133,25 @@ class Services:
             except Exception as exc:  # noqa: BLE001 - readiness reports it instead of crashing
                 log.exception("encoder %s failed to load", name)
                 problems.append(f"encoder {name!r} failed to load: {exc}")
+        await self._load_onnx_folders(wanted)
         if self.shared:
             from app.usecases.follower import follow
 
             self._follow_task = asyncio.get_running_loop().create_task(follow(self))
         self.not_ready = problems
+
+    async def _load_onnx_folders(self, loaded: set[str]) -> None:
+        """Bring-your-own ONNX folders load at start too (checksums, onnxruntime, a probe), so a broken one is
+        reported now, in the log and in GET /v1/encoders, rather than to the first user who names it. Unlike
+        an encoder a collection uses, a broken one does not make the service unready."""
+        for name, spec in sorted(self.encoders.specs.items()):
+            if spec.info is None or "@" in name or name in loaded or name in self.encoder_problems:
+                continue
+            try:
+                await self.encoders.load(name)
+            except Exception as exc:  # noqa: BLE001 - one bad folder never stops the start
+                log.warning("encoder %s not usable: %s", name, exc)
+                self.encoder_problems[name] = str(exc)
 
     async def stop(self) -> None:
         from app.worker.tasks import cancel_and_wait

@@ -109,8 +109,10 @@ def test_the_listing_shows_modality_dimension_licence_source_and_version(service
     assert (audio["modality"], audio["dim"], audio["licence"], audio["sample_rate"]) == ("audio", DIM, "CC-BY-4.0", SAMPLE_RATE)
     assert clip["source"] == "tests/encoders/onnx_models.py (random weights)" and clip["supports_text"]
     assert rows["audio-baseline"]["licence"] == "Apache-2.0"
-    # a manifest that cannot be read is listed with its problem; checksums are verified when a folder is loaded
-    assert rows["broken-checksum"]["loaded"] is False and "problem" not in rows["broken-checksum"]
+    # every folder is checked at start: a broken one is listed with its problem, not loaded
+    assert rows["broken-checksum"]["loaded"] is False and "sha256" in rows["broken-checksum"]["problem"]
+    assert all(row["problem"] for name, row in rows.items() if name.startswith("broken-"))
+    assert clip["loaded"] and audio["loaded"] and "problem" not in clip
     assert "no manifest.json" in rows["broken-no-manifest"]["problem"]
 
 

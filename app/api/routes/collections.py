@@ -34,6 +34,8 @@ def list_encoders(services: ServicesDep) -> dict:
                "dim": None}
         if spec.info is not None:  # an ONNX folder: its manifest's licence and source; the folder as "folder"
             row.update(spec.info, folder=spec.source)
+        if name in services.encoder_problems:  # an ONNX folder that failed its check at start
+            row["problem"] = services.encoder_problems[name]
         if row["loaded"]:
             row.update(services.encoders.encoders[name].describe())
         elif spec.info is None or "description" not in spec.info:

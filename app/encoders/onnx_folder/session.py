@@ -33,6 +33,9 @@ def open_session(manifest: Manifest, section: str, device: str, threads: int) ->
     options.intra_op_num_threads = max(1, threads)
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # onnxruntime's own warnings would repeat what FolderError says
+    # idle intra-op threads sleep instead of spinning: on a small machine a spinning pool takes the core the
+    # event loop needs to parse and decode the next requests (the built-in encoders keep queries on one thread)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         return ort.InferenceSession(str(path), sess_options=options, providers=providers(device))
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises several classes; each becomes one message
