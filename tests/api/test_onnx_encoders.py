@@ -229,3 +229,21 @@ def test_after_a_restart_a_collection_keeps_its_encoder_and_codes(tmp_path):
         response = client.post("/v1/collections/photos/search", json={"text": "a blue square", "k": 3})
         assert response.status_code == 422 and response.json()["error"]["details"]["problem"] == "checksum"
     shutil.rmtree(onnx_dir)
+
+
+def test_a_trained_checkpoint_lists_its_training_data_s_licence(service):
+    import json
+
+    from app.encoders.registry import ASSETS
+
+    rows = {row["name"]: row for row in service["client"].get("/v1/encoders").json()["data"]}
+    recorded = 0
+    for config_path in ASSETS.glob("*/config.json"):
+        config = json.loads(config_path.read_text())
+        licence = config.get("licence") or (config.get("data") or {}).get("licence")
+        name = config.get("name", config_path.parent.name)
+        if licence and name in rows and rows[name]["source"] == str(config_path.parent):
+            assert rows[name]["licence"] == licence
+            recorded += 1
+    assert recorded  # at least one shipped checkpoint records its data's licence
+    assert rows["audio-baseline"]["licence"] == "Apache-2.0"

@@ -13,7 +13,7 @@ from app.api.strict import StrictRoute
 from app.encoders.checkpoint import read_config
 from app.encoders.registry import is_versioned
 
-# the project's own encoders (baselines, trained checkpoints) come under the project's licence
+# the training-free baselines are the project's code only, under its licence
 _LICENCE = "Apache-2.0"
 
 # bodies and query strings exactly as documented (no NaN, no repeated scalar parameter: app/api/strict.py)
@@ -30,7 +30,7 @@ def list_encoders(services: ServicesDep) -> dict:
         if is_versioned(name):  # name@version keys serve collections built with older checkpoints
             continue
         row = {"name": name, "modality": spec.modality, "source": spec.source, "version": spec.version,
-               "loaded": name in services.encoders.encoders, "licence": _LICENCE if spec.info is None else None,
+               "loaded": name in services.encoders.encoders, "licence": _licence(spec) if spec.info is None else None,
                "dim": None}
         if spec.info is not None:  # an ONNX folder: its manifest's licence and source; the folder as "folder"
             row.update(spec.info, folder=spec.source)
@@ -44,6 +44,19 @@ def list_encoders(services: ServicesDep) -> dict:
         row["default"] = name in (services.settings.encoders.default_audio, services.settings.encoders.default_image)
         data.append(row)
     return {"data": data, "count": len(data)}
+
+
+def _licence(spec) -> str | None:
+    """A trained checkpoint's weights come under its training data's licence where its config records one;
+    None: not recorded (README, "Data and licences")."""
+    if spec.source == "builtin":
+        return _LICENCE
+    try:
+        config = read_config(Path(spec.source))
+    except Exception:  # noqa: BLE001 - a listing must not fail on one unreadable checkpoint
+        return None
+    found = config.get("licence") or (config.get("data") or {}).get("licence")
+    return str(found) if found else None
 
 
 def _description(spec) -> str:
