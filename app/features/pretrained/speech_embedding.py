@@ -127,10 +127,10 @@ class SpeechEmbedding(torch.nn.Module):
 def load(onnx_on_cpu: bool = False) -> SpeechEmbedding:
     """The module with the converted weights from app/assets/frontends; ``onnx_on_cpu``: its convolutions
     through onnxruntime on CPU where that is installed (the service's path, app/features/pretrained/ort_convs.py)."""
-    from app.features.pretrained import _cached_state, load_strict
+    from app.features.pretrained._store import cached_state, load_strict
 
     name = "speech-embedding"
-    state, config = _cached_state(name)
+    state, config = cached_state(name)
     from app.features.pretrained import ort_convs
 
     model = SpeechEmbedding([tuple(x) for x in config["layers"]], list(config["channels"]),
@@ -156,10 +156,8 @@ class SpeechEmbeddingFeatures(torch.nn.Module):
 
     def __init__(self, pad_s: float = 0.0) -> None:
         super().__init__()
-        from app.features.pretrained import shared
-
         self.pad = int(round(pad_s * SAMPLE_RATE))
-        self.frontend = shared("speech-embedding", onnx_on_cpu=True)
+        self.frontend = load(onnx_on_cpu=True)  # its own copy, as shared() gives
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         if self.pad:
