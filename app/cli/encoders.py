@@ -25,9 +25,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def check_command(args: argparse.Namespace) -> int:
     from app.encoders.onnx_folder.check import check_folder
     from app.encoders.onnx_folder.manifest import FolderError
+    from app.encoders.registry import load_checkpoint_dir
 
     try:
-        report = check_folder(args.folder, args.device)
+        report = check_folder(args.folder, args.device, load_checkpoint_dir)
     except FolderError as exc:
         if args.json:
             print(json.dumps({"ok": False, "problem": exc.kind, "message": exc.message}))

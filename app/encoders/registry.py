@@ -114,7 +114,8 @@ def discover(extra_dirs: Iterable[str | Path] = (), onnx_dirs: Iterable[str | Pa
         _add_onnx_folders(specs, root, strict=False)
         candidates = [root] if (root / "config.json").is_file() else sorted(root.iterdir())
         for directory in candidates:
-            if (directory / "config.json").is_file():
+            # a checkpoint brought with a manifest.json is an encoder folder (its checksums checked): listed above
+            if (directory / "config.json").is_file() and not (directory / "manifest.json").is_file():
                 spec = _checkpoint_spec(directory)
                 key = versioned_name(spec.name, spec.version)
                 if is_versioned(directory.name):
@@ -132,7 +133,7 @@ def _add_onnx_folders(specs: dict[str, EncoderSpec], root: Path, *, strict: bool
     """The ONNX encoder folders under ``root``; ``strict``: also folders that lack a manifest (as broken)."""
     from app.encoders.onnx_folder.discovery import entries
 
-    for directory, entry in entries(root, include_unlisted=strict):
+    for directory, entry in entries(root, include_unlisted=strict, load_checkpoint=load_checkpoint_dir):
         spec = EncoderSpec(entry["name"], entry["modality"], entry["factory"], str(directory), entry["version"], entry["info"])
         if entry["version"] == "invalid":  # answers for its folder's name only, and never shadows a working encoder
             specs.setdefault(directory.name, spec)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from app.encoders.onnx_folder.manifest import MANIFEST, FolderError, read_manifest
 
@@ -22,15 +22,16 @@ def is_encoder_folder(directory: Path) -> bool:
     return (directory / MANIFEST).is_file()
 
 
-def folder_entry(directory: Path) -> dict[str, Any]:
-    """name, modality, version, factory and listing info of one folder; never raises for a bad folder."""
+def folder_entry(directory: Path, load_checkpoint: Callable[[Path], Any] | None = None) -> dict[str, Any]:
+    """name, modality, version, factory and listing info of one folder; never raises for a bad folder.
+    ``load_checkpoint``: the registry's loader for the ``checkpoint`` family."""
     from app.encoders.onnx_folder.check import load_folder
 
     def factory() -> Any:
         import torch
 
         # the device comes after (create_encoder calls .to), with the service's configured thread count
-        return load_folder(directory, "cpu", torch.get_num_threads())
+        return load_folder(directory, "cpu", torch.get_num_threads(), load_checkpoint)
 
     try:
         manifest = read_manifest(directory)
@@ -58,10 +59,11 @@ def folder_entry(directory: Path) -> dict[str, Any]:
     return {"name": manifest.name, "modality": manifest.modality, "version": version, "factory": factory,
             "info": {"licence": manifest.licence, "source": manifest.source, "family": manifest.family,
                      "description": manifest.description,
-                     "dim": manifest.dim, "bits": manifest.bits}}
+                     "dim": manifest.dim, **({} if manifest.family == "checkpoint" else {"bits": manifest.bits})}}
 
 
-def entries(root: Path, *, include_unlisted: bool = False) -> list[tuple[Path, dict[str, Any]]]:
+def entries(root: Path, *, include_unlisted: bool = False,
+            load_checkpoint: Callable[[Path], Any] | None = None) -> list[tuple[Path, dict[str, Any]]]:
     """Every encoder folder directly under ``root`` (or ``root`` itself when it is one), sorted by name.
 
     ``include_unlisted``: also the folders with no manifest (and no trained checkpoint's
@@ -71,10 +73,10 @@ def entries(root: Path, *, include_unlisted: bool = False) -> list[tuple[Path, d
     if not root.is_dir():
         return []
     if is_encoder_folder(root):
-        return [(root, folder_entry(root))]
+        return [(root, folder_entry(root, load_checkpoint))]
     found = []
     for directory in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if is_encoder_folder(directory) or (include_unlisted and not (directory / "config.json").is_file()):
-            found.append((directory, folder_entry(directory)))
+            found.append((directory, folder_entry(directory, load_checkpoint)))
     return found
 

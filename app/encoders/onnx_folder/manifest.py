@@ -23,7 +23,11 @@ FORMAT = "recall-encoder/1"
 FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "onnx-audio": ("audio", ("audio",)),
     "onnx-clip": ("image", ("image", "text")),
+    # a trained checkpoint of a family whose code the project has (config.json + weights.safetensors, the
+    # registry's loaders), brought with a manifest for its checksums, licence and source; either modality
+    "checkpoint": ("audio|image", ()),
 }
+CHECKPOINT_FILES = ("config.json", "weights.safetensors")
 # weight formats that are pickles (or may hold one): never loaded, whatever the manifest says
 PICKLE_SUFFIXES = {".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin", ".joblib", ".npy", ".npz"}
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -89,8 +93,9 @@ def read_manifest(folder: str | Path) -> Manifest:
     if family not in FAMILIES:
         raise FolderError(folder, "unknown_family", f"family {family!r} is not one this service runs; known: {sorted(FAMILIES)}")
     modality, sections = FAMILIES[family]
-    if get.str("modality") != modality:
+    if get.str("modality") not in modality.split("|"):
         raise FolderError(folder, "manifest_field", f"family {family!r} embeds {modality}, but 'modality' is {raw['modality']!r}")
+    modality = raw["modality"]
     name = get.str("name", default=folder.name.split("@", 1)[0])
     if not NAME_PATTERN.match(name) or "@" in name:
         raise FolderError(folder, "manifest_field", f"'name' {name!r}: use 1-64 letters, digits, '_', '-' or '.'")
@@ -106,6 +111,9 @@ def read_manifest(folder: str | Path) -> Manifest:
         if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise FolderError(folder, "manifest_field", f"'files'[{file_name!r}] must be a sha256 of 64 lowercase hex digits")
     parts = {section: _part(folder, raw, section, files) for section in sections}
+    missing = [name for name in CHECKPOINT_FILES if family == "checkpoint" and name not in files]
+    if missing:
+        raise FolderError(folder, "unlisted_file", f"a checkpoint folder's 'files' must give the sha256 of {missing}")
     version = raw.get("version")
     if version is not None and (not isinstance(version, (str, int)) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", str(version))):
         raise FolderError(folder, "manifest_field", "'version' must be 1-40 letters, digits, '_', '-' or '.'")
