@@ -78,7 +78,7 @@ def measure(data: Path, spec: str, report: dict[str, Any]) -> dict[str, Any]:
     """Score each LOCO checkpoint and the baselines on its corpus's sets; merge them into ``report``."""
     from app.encoders.registry import create_encoder, discover, load_checkpoint_dir
     from app.eval.audio_baselines import BASELINES
-    from bench.audio_generalisation import CORPUS_OF, baseline_system, encoder_system, evaluation_sets, load_clips, score
+    from bench.audio_sets import CORPUS_OF, baseline_system, encoder_system, evaluation_sets, load_clips, score
 
     loco = parse_loco(spec, tuple(sorted(set(CORPUS_OF.values()))))
     infos = {row: run_info(directory, corpus) for row, corpus, directory in loco}  # refuse before measuring

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from app.eval.mtc import JudgingPool
+    from app.eval.judging_pool import JudgingPool
 
 FEATURE_NAMES = ("p_systems", "mean_rank", "best_rank")
 

@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from app.training.general_audio import VARIED_BASIC_FLOOR, VARIED_WINDOWS, router_data
+from app.training.router_data import VARIED_BASIC_FLOOR, VARIED_WINDOWS, router_data
 from app.training.general_audio_data import synthesise, training_manifests
 
 ROUTER_NOTE = {

@@ -18,7 +18,7 @@ from typing import Any
 from app.encoders.checkpoint import load_checkpoint, read_config
 from app.encoders.routed_fusion import Router
 from app.encoders.speech_views import PREFIX as VIEWS_PREFIX
-from app.training.general_audio import ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS, FSDD_HOLDOUT_WORDS
+from app.training.general_audio_data import ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS, FSDD_HOLDOUT_WORDS
 from app.training.general_audio_posthoc import _config_update
 from app.training.router_fit import assemble
 
@@ -44,7 +44,7 @@ def frontend_speech_argv(data: Path, fsdd_manifest: Path, out: Path, args: argpa
     front-end, on every ASC speaker but the held-out ones and FSDD's training speakers and digits."""
     import csv
 
-    from app.training.general_audio import ASC_HOLDOUT_SPEAKERS
+    from app.training.general_audio_data import ASC_HOLDOUT_SPEAKERS
 
     with (data / "asc" / "asc.csv").open(newline="") as handle:
         speakers = {row["speaker"] for row in csv.DictReader(handle)}

@@ -42,7 +42,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 def fit_paths(data: Path, speech_config: dict[str, Any], seed: int, without: str | None = None) -> list[Path]:
     """The training-side clips the views are fitted on (see the module docstring); ``without`` names a
     corpus the source checkpoint was trained without, left out here as well."""
-    from app.training import general_audio as recipe
+    from app.training import general_audio_data as recipe
 
     split = speech_config.get("split", {})
     left_out = set(recipe.ASC_HOLDOUT_SPEAKERS) | set(split.get("val", [])) | set(split.get("holdout", []))

@@ -17,7 +17,7 @@ import torch
 
 from app.encoders.checkpoint import load_checkpoint
 from app.encoders.registry import load_checkpoint_dir
-from app.training import general_audio, general_audio_data
+from app.training import general_audio, general_audio_data, router_data
 from tests.training.tiny_corpora import SMALL_SYNTH, files as _files, voice as _voice, voice_and_hiss as _voice_and_hiss, write as _write
 
 def test_training_manifests_leave_out_every_held_out_group(data: Path, tmp_path: Path) -> None:
@@ -95,8 +95,8 @@ def test_one_command_builds_a_loadable_routed_fusion_checkpoint(built: tuple[Pat
 def test_router_from_fits_only_the_router_again_with_varied_negatives(
         built: tuple[Path, list[str], Path], data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source, _, work = built
-    monkeypatch.setattr(general_audio, "VARIED_BASIC_FLOOR", 30)  # the recipe's 600 + 1,800, scaled down
-    monkeypatch.setattr(general_audio, "VARIED_WINDOWS", 27)
+    monkeypatch.setattr(router_data, "VARIED_BASIC_FLOOR", 30)  # the recipe's 600 + 1,800, scaled down
+    monkeypatch.setattr(router_data, "VARIED_WINDOWS", 27)
     with_views = tmp_path / "with-views"  # a version-3-like source: its views must come through untouched
     assert general_audio.main(["--data", str(data), "--views-from", str(source), "--whiten-eps", "0.3",
                                "--mfcc-bits", "8", "--out", str(with_views), "--version", "3"]) == 0
@@ -137,8 +137,8 @@ def test_without_esc_the_sounds_branch_is_an_unlabelled_whitening(
         built: tuple[Path, list[str], Path], data: Path, speech_checkpoint: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     _, _, work = built
-    monkeypatch.setattr(general_audio, "VARIED_BASIC_FLOOR", 30)
-    monkeypatch.setattr(general_audio, "VARIED_WINDOWS", 27)
+    monkeypatch.setattr(router_data, "VARIED_BASIC_FLOOR", 30)
+    monkeypatch.setattr(router_data, "VARIED_WINDOWS", 27)
     out = tmp_path / "loco-esc"
     argv = ["--data", str(data), "--out", str(out), "--work", str(tmp_path / "work"), "--speech-from", str(speech_checkpoint),
             *SMALL_SYNTH, "--without", "esc", "--router-negatives", "varied", "--sounds-without-labels", "whiten"]
