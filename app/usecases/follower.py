@@ -15,10 +15,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from app.usecases.services import CollectionState, Services
+
+class Services(Protocol):
+    """What the follower needs of the services container (app/usecases/services.Services has it all). A
+    protocol, so this module never imports the container that starts it: no import cycle, lazy or typed."""
+
+    catalog: Any
+    collections: dict[str, Any]  # name -> CollectionState
+    retired: list[Any]
+    _sync_lock: Any  # the lock request paths take before opening a collection
+
+    def _open_collection(self, collection: Any) -> Any: ...
+
+
+CollectionState = Any  # app/usecases/services.CollectionState: an open collection and its index
+
 
 log = logging.getLogger(__name__)
 
