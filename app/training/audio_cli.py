@@ -70,9 +70,6 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--channel-augment", action="store_true",
                    help="attn-hash: also colour training windows with a random equaliser (half of them) and a "
                         "synthetic room (a third), so a word through another microphone stays the same word")
-    p.add_argument("--frontend-view", type=float, default=0.0, metavar="W",
-                   help="attn-hash on a frozen front-end's feature bank: rank triplets by the head joined with the "
-                        "front-end's centred mean frame at weight W, as general-audio-broad searches them (0: off)")
     p.add_argument("--cache-dir", default="/tmp/recall-audio-cache", help="decoded-audio cache ('' disables)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
@@ -173,7 +170,6 @@ def run(args: argparse.Namespace) -> int:
         channel_augment=args.channel_augment, cache_dir=args.cache_dir or None, threads=args.threads,
         device=args.device, description=args.description, extra_manifests=args.extra_manifests, init_from=args.init_from,
         command=_command(args), features=frontend_features(args.frontend), bank_copies=args.bank_copies,
-        frontend_view=args.frontend_view,
     )
     try:
         trainer = Trainer(cfg)

@@ -26,7 +26,6 @@ from app.training.augment import CHANNEL_AUGMENT, AugmentConfig, eval_window, tr
 from app.training.feature_bank import build_bank, draw
 from app.training.fine_tune import load_init_weights
 from app.training.spec_augment import MaskConfig, mask_features
-from app.training.frontend_view_loss import bank_mean, joined
 from app.training.losses import HashLossWeights, contrastive_loss, hashing_objective
 from app.training.retrieval import cosine_scores, hamming_scores, retrieval_metrics
 from app.training.samplers import LabelIndex, pair_batch, triplet_batch
@@ -92,9 +91,6 @@ class TrainConfig:
     # a frozen pretrained front-end (features with no trainable weights): embed this many augmented
     # windows of each training clip once, and draw each batch's features from them (0: every step anew)
     bank_copies: int = 0
-    # > 0: the triplet loss and mining see the head beside the frozen front-end's centred mean frame with this
-    # weight, as general-audio-broad joins them (app/training/frontend_view_loss.py); needs a feature bank
-    frontend_view: float = 0.0
 
     def __post_init__(self) -> None:
         if not (8 <= self.bits <= 2048 and self.bits % 8 == 0):
@@ -105,8 +101,6 @@ class TrainConfig:
             raise ValueError(f"split_by must be 'speaker' or 'label', got {self.split_by!r}")
         if self.window_s <= 0 or self.hop_s <= 0:
             raise ValueError("window and hop must be positive")
-        if self.frontend_view and not (0.0 < self.frontend_view < 1.0 and self.bank_copies > 0 and self.model == "attn-hash"):
-            raise ValueError("frontend_view needs attn-hash on a feature bank (--bank-copies) and a weight in (0, 1)")
 
     def model_dump(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -218,7 +212,6 @@ class Trainer:
         # a frozen front-end's frames, computed once (app/training/feature_bank.py)
         self.bank = (build_bank(self.features, self._train_windows, len(self.train_waves), cfg.bank_copies)
                      if cfg.bank_copies > 0 else None)
-        self.view_mean = bank_mean(self.bank) if cfg.frontend_view else None
         self.out = Path(cfg.out)
         self.state_path = self.out / "train_state.pt"
         self.epoch, self.best, self.bad_epochs, self.history = 0, -1.0, 0, []
@@ -267,13 +260,11 @@ class Trainer:
         if cfg.spec_augment:
             feats = mask_features(feats, self.net.input_mean, self.rng, MaskConfig())
         values, attention = self.net(feats)
-        ranked = joined(values, feats, self.view_mean, cfg.frontend_view) if cfg.frontend_view else values
         b = len(rows)
         thirds = [torch.arange(i * b, (i + 1) * b, device=values.device) for i in range(3)]
         if cfg.mining in ("hard", "semihard"):
-            thirds[2] = self._hardest_negatives(ranked, rows)
-        return hashing_objective(tuple(values[t] for t in thirds), tuple(attention[t] for t in thirds), self.weights,  # type: ignore[arg-type]
-                                 tuple(ranked[t] for t in thirds) if cfg.frontend_view else None)  # type: ignore[arg-type]
+            thirds[2] = self._hardest_negatives(values, rows)
+        return hashing_objective(tuple(values[t] for t in thirds), tuple(attention[t] for t in thirds), self.weights)  # type: ignore[arg-type]
 
     def _hardest_negatives(self, values: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
         """Batch-mined negatives (their rows in the batch): for each anchor, a clip of another label close in cosine.
@@ -303,10 +294,7 @@ class Trainer:
         floats, values = [], []
         with torch.inference_mode():
             for i in range(0, len(windows), 128):
-                frames = self.features(torch.from_numpy(windows[i : i + 128]).to(self.cfg.device))
-                f, v = self.net.embed(frames)
-                if self.cfg.frontend_view:  # validate what the service will search (the codes stay the head's)
-                    f = joined(f, frames, self.view_mean, self.cfg.frontend_view)
+                f, v = self.net.embed(self.features(torch.from_numpy(windows[i : i + 128]).to(self.cfg.device)))
                 floats.append(f.float().cpu().numpy())
                 values.append(v.float().cpu().numpy())
         return np.concatenate(floats), np.concatenate(values)

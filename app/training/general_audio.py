@@ -231,9 +231,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--speech-frontend", metavar="speech-embedding:PAD_S",
                    help="with --speech-swap-into: first train the speech branch as paper 004's head on this frozen "
                         "pretrained front-end (recall train audio --frontend), on ASC and FSDD's training side (version 6)")
-    p.add_argument("--speech-frontend-view", type=float, default=0.0, metavar="W",
-                   help="with --speech-frontend: train the head beside the front-end's centred mean frame at weight W "
-                        "(recall train audio --frontend-view; round 4 of reports/audio/version7.md)")
     p.add_argument("--bank-copies", type=int, default=4,
                    help="with --speech-frontend: augmented windows per training clip whose front-end frames are computed once")
     p.add_argument("--speech-init", metavar="CHECKPOINT_DIR",

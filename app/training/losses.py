@@ -66,17 +66,14 @@ def hashing_objective(
     values: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     attentions: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     weights: HashLossWeights = HashLossWeights(),
-    triplet_values: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Paper 004 eq. (9): ``O = alpha P + beta T + gamma Q`` for (anchor, positive, negative).
 
     P is averaged over the three examples of each triplet. Returns every term and ``total``.
-    ``triplet_values`` (default: ``values``) is what T ranks: the joined vector when the head trains beside
-    a frozen front-end's view (app/training/frontend_view_loss.py); Q always binds the hash values.
     """
     anchor, positive, negative = values
     p = sum(penalisation(a) for a in attentions) / 3.0
-    t = triplet_loss(*(triplet_values or values), weights.margin)
+    t = triplet_loss(anchor, positive, negative, weights.margin)
     q = quantisation(anchor, positive, negative)
     total = weights.alpha * p + weights.beta * t + weights.gamma * q
     return {"total": total, "penalisation": p, "triplet": t, "quantisation": q}  # type: ignore[dict-item]

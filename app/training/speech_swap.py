@@ -60,8 +60,7 @@ def frontend_speech_argv(data: Path, fsdd_manifest: Path, out: Path, args: argpa
             "--frontend", args.speech_frontend, "--bank-copies", str(args.bank_copies), "--bits", "256", "--hidden", "128",
             "--epochs", str(args.speech_epochs), "--steps",
             str(args.speech_steps), "--patience", str(args.speech_patience), "--batch-size", "64", "--seed", str(args.seed),
-            "--threads", str(args.threads), "--device", args.device, "--out", str(out), "--name", "speech-pretrained",
-            *(["--frontend-view", str(args.speech_frontend_view)] if getattr(args, "speech_frontend_view", 0.0) else [])]
+            "--threads", str(args.threads), "--device", args.device, "--out", str(out), "--name", "speech-pretrained"]
 
 
 def train_frontend_speech(data: Path, work: Path, args: argparse.Namespace) -> Path:
