@@ -103,6 +103,10 @@ class PostHocCodes:
             hasher = ItqCodes.load(path)
         else:
             log.info("%s: binary codes fitted (PCA + ITQ) on %d vectors", collection.name, len(floats))
+            if len(floats) < 2 * collection.bits:  # too few to place the directions (bench/results/onnx_codes.json)
+                log.warning("%s: its %d-bit codes were fitted on only %d vectors; binary search will be weak (two-stage "
+                            "and float are not affected); `recall reembed` refits on a larger first request",
+                            collection.name, collection.bits, len(floats))
         self._fitted[str(path)] = hasher
         return hasher
 
