@@ -98,6 +98,10 @@ class CollectionPublic(BaseModel):
     indexed_segments: int
     memory_bytes: int
     index: IndexPublic
+    binary_codes: dict[str, Any] | None = Field(
+        None, description="A collection of a bring-your-own (ONNX) encoder: how its binary codes were fitted "
+        "(method pca-itq, bits, fitted_on vectors of its first ingest); null for encoders with a trained hash head, "
+        "or before the first ingest")
 
 
 class CollectionsPublic(BaseModel):

@@ -127,6 +127,11 @@ class PostHocCodes:
                 "would not match the stored codes; restore that file, or re-embed the collection into a new one with "
                 "`recall reembed SOURCE TARGET`")
 
+    def describe(self, collection: Collection) -> dict[str, Any] | None:
+        """What GET /v1/collections/{name} says of the fit; None where there is none."""
+        hasher = self.get(collection)
+        return None if hasher is None else {"method": "pca-itq", "bits": hasher.bits, "fitted_on": hasher.fitted_on}
+
     def forget(self, collection: Collection) -> None:
         path = self.path(collection)
         self._fitted.pop(str(path), None)

@@ -259,6 +259,7 @@ class Services:
             "items": items, "segments": segments, "indexed_segments": len(state.index),
             "memory_bytes": state.index.memory_bytes(),
             "index": _describe_index(state),
+            "binary_codes": self.posthoc.describe(c),
         }
 
     # --- writes ---------------------------------------------------------------------------

@@ -58,6 +58,7 @@ def test_the_fit_sees_the_whole_first_request_and_reembed_refits(settings):
     with TestClient(create_app(settings)) as client:
         _fill(client)
         assert _fit(settings, "photos").fitted_on == N  # two commit chunks, one fit over both
+        assert client.get("/v1/collections/photos").json()["binary_codes"] == {"method": "pca-itq", "bits": 16, "fitted_on": N}
         report = reembed(_client(client), "photos", "photos-again", encoder="tiny-clip")
         assert report["copied"] == N and not report["failed"]
         assert _fit(settings, "photos-again").fitted_on == N  # reembed sends its first files in one request
