@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -128,3 +129,15 @@ def test_sigkill_after_committed_writes_loses_nothing(tmp_path: Path) -> None:
     _check_against_catalog(reopened, catalog)
     assert reopened.unsnapshotted == 1  # replayed: a snapshot is due
     assert sorted(p.name for p in (tmp_path / "ix").iterdir()) == ["c.binary.faiss", "c.float.faiss"]  # no stale files
+
+
+def test_built_from_a_shared_catalog_the_floats_are_mapped_in_the_temp_folder(tmp_path: Path, monkeypatch) -> None:
+    # cluster shard actors and shared-catalog processes build from the catalog with no directory of their own
+    catalog, collection = _setup(tmp_path)
+    catalog.upsert_items("c", _items([f"i{n}" for n in range(12)], seed=8))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    built = CollectionIndex.build(collection, catalog, shards=2, partition=(0, 1))
+    assert isinstance(built.float, MappedFloatIndex) and built.float.directory == tmp_path / "tmp"
+    _check_against_catalog(built, catalog)
+    assert list((tmp_path / "tmp").iterdir()) == []  # unlinked there too
