@@ -131,3 +131,12 @@ def test_on_cuda_the_embeddings_match_the_cpu(tmp_path):
     cpu, gpu = load_folder(folder), load_folder(folder, "cuda")
     assert gpu.session.get_providers()[0] == "CUDAExecutionProvider"
     assert np.abs(cpu.encode(windows).floats - gpu.encode(windows).floats).max() < 1e-4
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" in onnxruntime.get_available_providers(), reason="checks the CPU build's fallback")
+def test_asked_for_cuda_without_the_provider_it_says_cpu(tmp_path, caplog):
+    folder, _ = audio_folder(tmp_path / "cpu-only")
+    encoder = load_folder(folder).to("cuda")
+    assert encoder.device == "cpu" and encoder.describe()["device"] == "cpu"
+    assert "no CUDA provider" in caplog.text
+    assert len(encoder.encode([np.zeros(100, np.float32)])) == 1

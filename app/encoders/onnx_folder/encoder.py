@@ -8,12 +8,15 @@ dimensions, so the worker's shape checks hold; a collection of such an encoder n
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
 
 from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.onnx_folder.manifest import Manifest
+
+log = logging.getLogger(__name__)
 
 
 class OnnxEncoder(Encoder):
@@ -33,7 +36,15 @@ class OnnxEncoder(Encoder):
         if device != self.device:
             self.device = device
             self.open_sessions()
+            if device.startswith("cuda") and not all("CUDAExecutionProvider" in s.get_providers() for s in self.sessions()):
+                # the locked onnxruntime is the CPU build: say so, and describe the device the model really uses
+                log.warning("encoder %s runs on CPU: this onnxruntime has no CUDA provider (install onnxruntime-gpu)", self.name)
+                self.device = "cpu"
         return self
+
+    def sessions(self) -> list[Any]:
+        """The onnxruntime sessions of this encoder (one per model file)."""
+        return [s for s in (getattr(self, n, None) for n in ("session", "image_session", "text_session")) if s is not None]
 
     def open_sessions(self) -> None:
         """(Re)create the onnxruntime sessions for ``self.device``."""
