@@ -8,7 +8,7 @@ an audio collection with the encoder's default window and hop, every clip search
 default: silent windows skipped (``app.features.windows.audible``) and ``item_distance = mean`` (each of
 the query's windows scores its best window of the item, averaged over the query's windows). The
 ``*_before`` keys hold the service's rule before 2026-11-26: every window, the best pair of windows.
-MAP is reported for float (cosine) and Hamming search. Sets (held-out lists in app/training/general_audio.py):
+MAP is reported for float (cosine) and Hamming search. Sets (held-out lists in app/training/general_audio/recipe.py):
 
 - ``asc_unseen_speakers``: Arabic keywords trained on, said by 5 speakers no model trained on;
 - ``asc_unseen_words``: the 8 keywords held out of training, by the same unseen speakers;
@@ -44,8 +44,8 @@ TRAINED = ("general-audio", "general-audio-broad", "general-audio@5", "speech-at
 
 def spoken_term_localisation(data: Path, encoders: dict[str, Encoder]) -> dict[str, Any]:
     """bench.audio_quality's localisation task (long recordings of held-out speakers' keywords) for these encoders."""
-    from app.training.audio_data import read_manifest
-    from app.training.general_audio_data import ASC_HOLDOUT_SPEAKERS
+    from app.training.audio.data import read_manifest
+    from app.training.general_audio.data import ASC_HOLDOUT_SPEAKERS
     from bench.audio_quality import localisation
 
     held = set(ASC_HOLDOUT_SPEAKERS)

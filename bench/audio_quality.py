@@ -35,8 +35,8 @@ from app.encoders.registry import create_encoder, discover
 from app.eval import metrics as eval_metrics
 from app.features.windows import cut_audible_windows, cut_windows
 from app.search.ranking import non_maximum_suppression
-from app.training.audio_data import Record, load_waves, read_manifest
-from app.training.augment import eval_window
+from app.training.audio.data import Record, load_waves, read_manifest
+from app.training.audio.augment import eval_window
 from app.training.retrieval import best_window_scores, retrieval_metrics
 
 KS = (1, 5, 10, 25)

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from app.training.router_fit import generated_non_speech
-from app.training.synth_non_speech import VARIED_KINDS, varied_non_speech
+from app.training.general_audio.router_fit import generated_non_speech
+from app.training.synthesis.non_speech import VARIED_KINDS, varied_non_speech
 
 FRESH_SEED = 12345  # the recipe draws its router's windows with seed 0 (or --seed): these are others
 PER_KIND = 100
@@ -79,7 +79,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = ["# Routing: the share of windows each router sends to the speech half", "",
              f"Written by `python -m bench.audio_routing` on {report['date']} ({report['machine']}). Audible 1 s windows "
              "(hop 0.5 s) of the held-out sets of `generalisation.md`, and fresh draws of the generated non-speech "
-             "kinds (`app/training/synth_non_speech.py`, a seed no router trained on). Speech sets should be near 1, "
+             "kinds (`app/training/synthesis/non_speech.py`, a seed no router trained on). Speech sets should be near 1, "
              "everything else near 0.", "",
              "| windows | n | " + " | ".join(systems) + " |", "|---|---|" + "---|" * len(systems)]
     for name, n in report["windows"].items():

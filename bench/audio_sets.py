@@ -15,9 +15,9 @@ import numpy as np
 
 from app.encoders.base import Encoder
 from app.features.windows import audible, cut_windows
-from app.training import general_audio_data as recipe
+from app.training.general_audio import data as recipe
 from app.training.retrieval import best_window_scores, mean_window_scores, retrieval_metrics
-from app.training.router_data import HOP_S, WINDOW_S
+from app.training.general_audio.router_data import HOP_S, WINDOW_S
 
 RATE = 16000
 CORPUS_OF = {"asc_unseen_speakers": "asc", "asc_unseen_words": "asc", "fsdd_unseen_speakers": "fsdd",
@@ -51,7 +51,7 @@ def evaluation_sets(data: Path) -> dict[str, tuple[list[str], list[Path]]]:
 
 
 def load_clips(paths: list[Path]) -> list[np.ndarray]:
-    from app.training.audio_data import Record, load_waves
+    from app.training.audio.data import Record, load_waves
 
     return load_waves([Record(str(p), "") for p in paths], RATE, cache_dir="/tmp/recall-audio-cache")
 

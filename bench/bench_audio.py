@@ -71,7 +71,7 @@ def ingest(encoder: Encoder, minutes: float = 10.0) -> dict[str, float]:
 def _real_windows(encoder: Encoder, data: Path, n: int) -> list[np.ndarray]:
     manifest = data / "asc" / "asc.csv"
     if manifest.is_file():
-        from app.training.audio_data import load_waves, read_manifest
+        from app.training.audio.data import load_waves, read_manifest
 
         records = read_manifest(manifest)[:: max(1, 7200 // n)][:n]
         return load_waves(records, encoder.sample_rate)

@@ -40,7 +40,7 @@ def _percentiles(ms: list[float]) -> dict[str, float]:
 
 def _queries(n: int) -> list[str]:
     """Distinct caption-like queries, so no run hits a warm per-query cache."""
-    from app.training.synth_images import generate_scenes
+    from app.training.synthesis.images import generate_scenes
 
     texts = [c for s in generate_scenes(n, seed=4242) for c in s.captions]
     return list(dict.fromkeys(texts))[:n]
@@ -50,7 +50,7 @@ def bench_encoder(queries: list[str]) -> dict:
     import torch
 
     from app.encoders import registry
-    from app.training.synth_images import generate_scenes, render
+    from app.training.synthesis.images import generate_scenes, render
 
     torch.set_num_threads(2)
     t = time.perf_counter()
@@ -119,7 +119,7 @@ def bench_http(n_items: int, queries: list[str], n_real: int = 300) -> dict:
     from app.main import create_app
     from app.settings import Settings
     from app.storage.catalog import Catalog, NewItem
-    from app.training.synth_images import generate_scenes, render
+    from app.training.synthesis.images import generate_scenes, render
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(data_dir=Path(tmp), keep_media=False, limits={"max_upload_bytes": 1 << 30, "sync_ingest_files": 32},

@@ -81,7 +81,7 @@ def build(data_dir: Path, audio_encoder: str, image_encoder: str, n_audio: int, 
 
     from app.encoders import registry
     from app.storage.catalog import Catalog, Collection
-    from app.training.synth_images import generate_scenes, render
+    from app.training.synthesis.images import generate_scenes, render
 
     torch.set_num_threads(2)
     specs = registry.discover()

@@ -150,7 +150,7 @@ def _query_files(rate_hz: int = corpus.CLIP_RATE) -> dict[str, list[tuple[str, b
 
 
 def _texts(n: int) -> list[str]:
-    from app.training.synth_images import generate_scenes
+    from app.training.synthesis.images import generate_scenes
 
     return list(dict.fromkeys(c for s in generate_scenes(n, seed=4242) for c in s.captions))[:n]
 

@@ -14,7 +14,7 @@ import csv
 import json
 from pathlib import Path
 
-from app.training.general_audio_data import FSDD_HOLDOUT_WORDS
+from app.training.general_audio.data import FSDD_HOLDOUT_WORDS
 from bench.audio_sets import encoder_system, load_clips, score
 
 DEV_SPEAKER = "lucas"

@@ -35,6 +35,15 @@ LAYERS: list[set[str]] = [
     {"app.index", "app.features", "app.media"},  # FAISS/Hamming indices / spectrograms, windows / decoding
     {"app.settings", "app.metrics", "app.errors"},  # configuration, Prometheus metrics, domain errors
 ]
+# Inside app/training, the same rule one level down: each folder (or loose module) by what it trains.
+TRAINING_LAYERS: list[set[str]] = [
+    {"cli"},  # `recall train`: hands each subcommand to its recipe
+    {"general_audio", "image_text"},  # the recipes of the shipped checkpoints
+    {"audio"},  # `recall train audio`: the trainer, its data, augmentation and batches
+    {"synthesis"},  # training data made here (espeak-ng speech, generated non-speech, captioned images)
+    {"losses", "retrieval"},  # the papers' objectives; retrieval metrics for validation
+]
+
 # The client stands apart: it may import only the service's error classes (so `except NotFound`
 # works on both sides), and only the command line imports it.
 CLIENT = "recall"
@@ -149,6 +158,43 @@ def test_every_unit_has_a_layer():
 
 def test_imports_go_one_way_down_the_layers():
     assert upward_imports() == []
+
+
+def upward_training_imports() -> list[str]:
+    known = modules()
+
+    def part(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if parts[:2] == ["app", "training"] and len(parts) > 2 else None
+
+    def depth(name: str) -> int:
+        for d, layer in enumerate(TRAINING_LAYERS):
+            if name in layer:
+                return d
+        raise AssertionError(f"app/training/{name} has no layer: add it to TRAINING_LAYERS and to ARCHITECTURE.md")
+
+    problems = []
+    for module, path in known.items():
+        source = part(module)
+        if source is None:
+            continue
+        for target in sorted(imports(module, path, known)):
+            dest = part(target)
+            if dest is not None and dest != source and depth(dest) <= depth(source):
+                problems.append(f"{module} imports {target}")
+    return problems
+
+
+def test_training_is_layered_by_what_it_trains():
+    assert upward_training_imports() == []
+
+
+def test_training_folders_hold_at_most_15_modules():  # bench/ and app/encoders/ are next (issue 36)
+    counts = {}
+    for module, path in modules(CYCLE_PACKAGES).items():
+        if path.name != "__init__.py":
+            counts[path.parent.relative_to(ROOT).as_posix()] = counts.get(path.parent.relative_to(ROOT).as_posix(), 0) + 1
+    assert {folder: n for folder, n in counts.items() if n > 15 and folder.startswith("app/training")} == {}
 
 
 def test_no_import_cycles():

@@ -44,7 +44,7 @@ class TextureNet(nn.Module):
             raise ValueError(f"bits ({bits}) must equal whiten_dim + head_dim ({whiten_dim + head_dim}): "
                              "the rotation is square so cosine similarity is kept")
         self.n_in, self.dim, self.head_dim = n_in, bits, head_dim
-        # learned from data by the trainer (app/training/texture_fit.py), saved with the weights
+        # learned from data by the trainer (app/training/audio/texture_fit.py), saved with the weights
         self.register_buffer("whiten_mean", torch.zeros(n_in))
         self.register_buffer("whiten", torch.zeros(n_in, whiten_dim))
         self.register_buffer("head_mean", torch.zeros(n_in))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-_TRAINERS = ("app.training.audio_cli", "app.training.general_audio", "app.training.image_text_cli")
+_TRAINERS = ("app.training.audio.cli", "app.training.general_audio.recipe", "app.training.image_text.cli")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -21,7 +21,7 @@ from app.cli.reembed import reembed
 from app.encoders.checkpoint import save_checkpoint
 from app.encoders.registry import discover
 from app.main import create_app
-from app.training.audio_train import TrainConfig, build_model, model_config
+from app.training.audio.train import TrainConfig, build_model, model_config
 from recall import RecallClient
 from tests.conftest import make_settings
 

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from app.main import create_app
-from app.training.synth_images import Scene, render
+from app.training.synthesis.images import Scene, render
 from tests.conftest import make_settings
 
 ENCODER = "image-text-minilm"

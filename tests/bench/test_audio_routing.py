@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.encoders.registry import load_checkpoint_dir
-from app.training.synth_non_speech import VARIED_KINDS
+from app.training.synthesis.non_speech import VARIED_KINDS
 from bench.audio_routing import generated_sets, main, speech_share
 from tests.bench.test_audio_loco import data  # noqa: F401 (fixture)
 from tests.encoders.test_routed_fusion import fused_dir  # noqa: F401 (fixture)

@@ -13,7 +13,7 @@ import torch
 from app.encoders import attn_hash
 from app.encoders.base import check_embeddings
 from app.encoders.checkpoint import CheckpointError, save_checkpoint
-from app.training.audio_train import TrainConfig, build_model, model_config
+from app.training.audio.train import TrainConfig, build_model, model_config
 
 
 def _tiny_config(bits: int = 32) -> dict:

@@ -13,7 +13,7 @@ from app.cli import main as cli_main
 from app.encoders.checkpoint import save_checkpoint
 from app.encoders.onnx_folder.manifest import FolderError
 from app.encoders.registry import create_encoder, discover, load_checkpoint_dir
-from app.training.audio_train import TrainConfig, build_model, model_config
+from app.training.audio.train import TrainConfig, build_model, model_config
 from tests.encoders.onnx_models import write_manifest
 
 

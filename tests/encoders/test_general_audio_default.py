@@ -94,7 +94,7 @@ def test_the_sound_statistics_and_the_mfcc_view_share_one_stft_with_the_same_ans
 
 @pytest.mark.system("espeak-ng")
 def test_spoken_words_go_to_the_speech_half_in_several_languages(encoder) -> None:
-    from app.training.synth_speech import Voice, espeak_binary, synthesise
+    from app.training.synthesis.speech import Voice, espeak_binary, synthesise
 
     binary = espeak_binary()
     windows = []
@@ -176,7 +176,7 @@ def test_version_6_keeps_version_5s_sounds_branch_and_router(encoder, version_5)
 
 
 def test_version_4_sends_generated_non_speech_it_never_saw_to_the_sounds_half(encoder) -> None:
-    from app.training.synth_non_speech import VARIED_KINDS, varied_non_speech
+    from app.training.synthesis.non_speech import VARIED_KINDS, varied_non_speech
 
     # the router trained on seed 0's windows; these are new draws of every kind (sweeps, clicks, harmonic tones...)
     windows = varied_non_speech(20 * len(VARIED_KINDS), 16000, 16000, seed=12345)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from app.encoders import registry
-from app.training.synth_images import generate_scenes, render
+from app.training.synthesis.images import generate_scenes, render
 
 DEFAULT = "image-text-minilm"
 

@@ -17,7 +17,7 @@ from app.encoders.image_text_model import (
     ranking_loss,
     to_tensor,
 )
-from app.training.synth_images import generate_scenes, render
+from app.training.synthesis.images import generate_scenes, render
 
 
 def test_image_tower_gives_unit_vectors_of_dim() -> None:

@@ -11,7 +11,7 @@ import torch
 
 from app.encoders.checkpoint import save_checkpoint
 from app.encoders.registry import create_encoder, discover
-from app.training.audio_train import TrainConfig, build_model, model_config
+from app.training.audio.train import TrainConfig, build_model, model_config
 
 
 def _checkpoint(folder: Path, version: str, seed: int) -> Path:

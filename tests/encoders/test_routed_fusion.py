@@ -20,8 +20,8 @@ from app.encoders.registry import discover, load_checkpoint_dir
 from app.encoders.routed_fusion import Router, fuse
 from app.encoders.texture import TextureNet
 from app.features.texture import TextureStats
-from app.training.audio_train import TrainConfig, build_model, model_config
-from app.training.router_fit import assemble
+from app.training.audio.train import TrainConfig, build_model, model_config
+from app.training.general_audio.router_fit import assemble
 
 SPEECH_BITS, SOUND_BITS = 32, 16
 TEXTURE = {"kind": "texture", "sample_rate": 16000, "n_mels": 16, "bands": 4, "mod_bins": 4, "pcen": False,

@@ -12,7 +12,7 @@ import torch
 from app.encoders import siamese
 from app.encoders.base import check_embeddings
 from app.encoders.checkpoint import CheckpointError, save_checkpoint
-from app.training.audio_train import TrainConfig, build_model, model_config
+from app.training.audio.train import TrainConfig, build_model, model_config
 
 
 def _config(bits: int = 16) -> dict:

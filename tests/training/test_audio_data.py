@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.training.audio_data import Record, load_waves, mu_law_decode, mu_law_encode, read_manifest, read_pack, split_records, write_pack
-from app.training.augment import AugmentConfig, add_noise, augmented_copy, change_speed, eval_window, training_window
+from app.training.audio.data import Record, load_waves, mu_law_decode, mu_law_encode, read_manifest, read_pack, split_records, write_pack
+from app.training.audio.augment import AugmentConfig, add_noise, augmented_copy, change_speed, eval_window, training_window
 from app.training.retrieval import best_window_scores, cosine_scores, hamming_scores, mean_window_scores, retrieval_metrics
-from app.training.samplers import LabelIndex, pair_batch, triplet_batch
+from app.training.audio.samplers import LabelIndex, pair_batch, triplet_batch
 
 
 def _records() -> list[Record]:
@@ -183,7 +183,7 @@ def test_two_loads_writing_the_same_cache_at_once_both_succeed(tmp_path: Path, m
     """Two trainings started together decode one manifest into one cache entry: each must get whole audio."""
     import threading
 
-    import app.training.audio_data as audio_data
+    import app.training.audio.data as audio_data
 
     rng = np.random.default_rng(0)
     records = []

@@ -14,10 +14,10 @@ import torch
 from app.encoders.base import l2_normalise
 from app.encoders.checkpoint import CheckpointError
 from app.encoders.registry import create_encoder, discover
-from app.training import audio_cli
-from app.training.audio_data import Record, split_records, with_extra_training
-from app.training.audio_train import TrainConfig, Trainer
-from app.training.samplers import LabelIndex, pair_batch, triplet_batch
+from app.training.audio import cli as audio_cli
+from app.training.audio.data import Record, split_records, with_extra_training
+from app.training.audio.train import TrainConfig, Trainer
+from app.training.audio.samplers import LabelIndex, pair_batch, triplet_batch
 
 RATE = 8000
 

@@ -13,7 +13,7 @@ import torch
 
 from app.encoders.base import check_embeddings
 from app.encoders.registry import create_encoder, discover
-from app.training.audio_train import TrainConfig, Trainer
+from app.training.audio.train import TrainConfig, Trainer
 
 RATE = 8000
 TONES = {"low": 300.0, "mid": 900.0, "high": 2400.0}

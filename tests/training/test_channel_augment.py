@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from app.training.augment import CHANNEL_AUGMENT, AugmentConfig, training_window
-from app.training.channel_augment import EQ_LOW_HZ, EQ_POINTS, eq_curve, random_eq, reverberate, synthetic_room
+from app.training.audio.augment import CHANNEL_AUGMENT, AugmentConfig, training_window
+from app.training.audio.channel_augment import EQ_LOW_HZ, EQ_POINTS, eq_curve, random_eq, reverberate, synthetic_room
 
 RATE = 8000
 

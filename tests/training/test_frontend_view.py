@@ -15,9 +15,9 @@ import torch
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config
 from app.encoders.registry import load_checkpoint_dir
 from app.encoders.speech_views import PREFIX, random_projection
-from app.training import general_audio
-from app.training.audio_data import Record, load_waves
-from app.training.speech_views_fit import fit_paths, window_batches
+from app.training.general_audio import recipe as general_audio
+from app.training.audio.data import Record, load_waves
+from app.training.general_audio.speech_views_fit import fit_paths, window_batches
 from tests.training.test_speech_swap import pretrained_speech_checkpoint  # noqa: F401 (fixture)
 from tests.training.tiny_corpora import voice_and_hiss
 

@@ -17,7 +17,9 @@ import torch
 
 from app.encoders.checkpoint import load_checkpoint
 from app.encoders.registry import load_checkpoint_dir
-from app.training import general_audio, general_audio_data, router_data
+from app.training.general_audio import recipe as general_audio
+from app.training.general_audio import data as general_audio_data
+from app.training.general_audio import router_data
 from tests.training.tiny_corpora import SMALL_SYNTH, files as _files, voice as _voice, voice_and_hiss as _voice_and_hiss, write as _write
 
 def test_training_manifests_leave_out_every_held_out_group(data: Path, tmp_path: Path) -> None:
@@ -123,7 +125,7 @@ def test_router_from_fits_only_the_router_again_with_varied_negatives(
     real = before["other"] - 20  # the source: 32 real sound windows and the floor of 20 generated ones (32 // 2 < 20)
     assert real == 32 and metrics["router_windows"]["speech"] == before["speech"]
     assert metrics["router_windows"]["other"] == real + 30 + 27  # now a floor of 30 basic and 27 varied
-    assert "synth_non_speech.py" in (out / "DATA.md").read_text()
+    assert "synthesis/non_speech.py" in (out / "DATA.md").read_text()
 
     emb = load_checkpoint_dir(out).encode(_voice_and_hiss())
     bits = np.unpackbits(emb.codes, axis=1, bitorder="little")
@@ -158,15 +160,15 @@ def test_without_esc_the_sounds_branch_is_an_unlabelled_whitening(
 
 
 def test_the_data_card_lists_what_trained_each_part_and_leaves_out_the_missing_corpus() -> None:
-    from app.training.general_audio_card import data_md
+    from app.training.general_audio.card import data_md
 
     holdout = {"fsdd_words": ["2"]}
     default = data_md("ga", holdout, "tuned", negatives="varied")
     assert "Arabic Speech Commands" in default and "ESC-50" in default and "non-commercial" in default
-    assert "synth_non_speech.py" in default and "sped up" in default
+    assert "synthesis/non_speech.py" in default and "sped up" in default
     without_asc = data_md("ga", holdout, "scratch", without="asc")
     assert "Arabic Speech Commands" not in without_asc and "Free Spoken Digit" in without_asc
-    assert "synth_non_speech.py" not in without_asc  # basic negatives only
+    assert "synthesis/non_speech.py" not in without_asc  # basic negatives only
     whiten = data_md("ga", holdout, "given", without="esc", negatives="varied", sounds_without_labels="whiten")
     assert "ESC-50" not in whiten and "non-commercial" not in whiten and "whitening alone" in whiten
     words = data_md("ga", holdout, "given", without="esc")
@@ -174,7 +176,7 @@ def test_the_data_card_lists_what_trained_each_part_and_leaves_out_the_missing_c
 
 
 def test_soup_recipe_lists_the_chain_and_keeps_the_recipe_options_to_itself() -> None:
-    from app.training.soup_recipe import fine_tune_options, recipe_steps
+    from app.training.general_audio.soup_recipe import fine_tune_options, recipe_steps
 
     argv = ["--data", "D", "--speech-init", "S", "--speech-epochs", "2", "--soup-seeds", "0,1", "--whiten-eps", "0.3",
             "--mfcc-bits", "64", "--router-negatives", "varied", "--work", "W", "--out", "O", "--version", "5",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.training.image_text_report import content_words, graded_qrels, rankings_from_scores, rerank_scores
-from app.training.image_text_rivals import fit_cca, random_order_metrics
+from app.training.image_text.report import content_words, graded_qrels, rankings_from_scores, rerank_scores
+from app.training.image_text.rivals import fit_cca, random_order_metrics
 
 
 def test_content_words_drop_stop_words_and_plurals() -> None:

@@ -13,8 +13,8 @@ from app.encoders.checkpoint import CheckpointError, load_checkpoint, save_check
 from app.encoders.image_text import build, load
 from app.encoders.image_text_model import ImageTextModel, head_loss, ranking_loss, to_tensor
 from app.encoders.text_features import TfidfFeatures
-from app.training.image_text_train import TrainConfig, train
-from app.training.synth_images import COLOURS
+from app.training.image_text.train import TrainConfig, train
+from app.training.synthesis.images import COLOURS
 
 TOY_COLOURS = ["red", "green", "blue", "yellow", "purple", "white"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from app.training.router_fit import fit_router, generated_non_speech, with_noise, short_in_window
+from app.training.general_audio.router_fit import fit_router, generated_non_speech, with_noise, short_in_window
 
 
 def test_router_separates_two_clouds_and_reports_its_accuracy() -> None:

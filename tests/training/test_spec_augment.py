@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from app.training.spec_augment import MaskConfig, mask_features
+from app.training.audio.spec_augment import MaskConfig, mask_features
 
 
 def test_masked_cells_are_whole_bands_and_frames_set_to_the_fill() -> None:

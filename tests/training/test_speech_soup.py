@@ -13,9 +13,9 @@ import torch
 
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
 from app.encoders.registry import load_checkpoint_dir
-from app.training.general_audio import main as general_audio_main
-from app.training.speech_soup import average_states, reestimate_hash_norm
-from app.training.speech_views_fit import fit_paths, window_batches
+from app.training.general_audio.recipe import main as general_audio_main
+from app.training.general_audio.speech_soup import average_states, reestimate_hash_norm
+from app.training.general_audio.speech_views_fit import fit_paths, window_batches
 from tests.encoders.test_routed_fusion import fused_dir  # noqa: F401 (fixture)
 from tests.training.test_speech_views_fit import data  # noqa: F401 (fixture)
 

@@ -15,8 +15,8 @@ import torch
 
 from app.encoders.checkpoint import load_checkpoint, save_checkpoint
 from app.encoders.registry import load_checkpoint_dir
-from app.training import general_audio
-from app.training.audio_train import TrainConfig, build_model, model_config
+from app.training.general_audio import recipe as general_audio
+from app.training.audio.train import TrainConfig, build_model, model_config
 from tests.training.tiny_corpora import RATE, files as _files, voice_and_hiss as _voice_and_hiss
 
 
@@ -74,7 +74,7 @@ def test_speech_swap_keeps_the_sounds_branch_and_router_and_drops_the_old_views(
 def test_speech_frontend_trains_the_head_then_swaps_it_in_one_command(
         built: tuple[Path, list[str], Path], data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Version 6's whole recipe: --speech-frontend trains paper 004's head on the frozen front-end, then swaps it in."""
-    from app.training import speech_swap
+    from app.training.general_audio import speech_swap
 
     source, _, _ = built
     recipe_argv = speech_swap.frontend_speech_argv
@@ -103,7 +103,7 @@ def test_speech_frontend_leaves_one_corpus_out_of_the_head(data: Path, tmp_path:
     """--without with --speech-frontend: the head's data lacks that corpus (the front-end is fixed)."""
     import argparse
 
-    from app.training import speech_swap
+    from app.training.general_audio import speech_swap
 
     def argv(without):
         args = argparse.Namespace(without=without, speech_frontend="speech-embedding:0.4", bank_copies=4, speech_epochs=30,

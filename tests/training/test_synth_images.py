@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.training.synth_images import (
+from app.training.synthesis.images import (
     COLOURS,
     IRRELEVANT,
     RELEVANT_MINUS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.training.synth_non_speech import (
+from app.training.synthesis.non_speech import (
     VARIED_KINDS,
     band_noise,
     click_train,

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.training.audio_data import read_manifest
-from app.training.synth_pseudowords import pseudo_words, synthesise_pseudowords
-from app.training.synth_speech import RESERVED
+from app.training.audio.data import read_manifest
+from app.training.synthesis.pseudowords import pseudo_words, synthesise_pseudowords
+from app.training.synthesis.speech import RESERVED
 
 
 def test_pseudo_words_are_distinct_seeded_and_not_reserved() -> None:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.training.audio_data import read_manifest
-from app.training.audio_train import _describe_extra
-from app.training.synth_speech import DEFAULT_WORDS, RESERVED, choose_voices, main, synthesise_words, trim_silence
+from app.training.audio.data import read_manifest
+from app.training.audio.train import _describe_extra
+from app.training.synthesis.speech import DEFAULT_WORDS, RESERVED, choose_voices, main, synthesise_words, trim_silence
 
 pytestmark = pytest.mark.system("espeak-ng")
 
@@ -40,7 +40,7 @@ def test_manifest_lists_every_word_in_every_voice(synth: Path) -> None:
         assert 0.15 < info.duration < 1.5  # one word, not empty, not padded to seconds
     # a training run that uses it records how it was made
     described = _describe_extra(str(synth), records)
-    assert described["synth_command"].startswith("python -m app.training.synth_speech --words ")
+    assert described["synth_command"].startswith("python -m app.training.synthesis.speech --words ")
 
 
 def test_clips_are_trimmed_to_the_speech(synth: Path) -> None:

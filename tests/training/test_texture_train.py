@@ -14,8 +14,8 @@ import torch
 from app.encoders.base import check_embeddings
 from app.encoders.checkpoint import CheckpointError
 from app.encoders.registry import create_encoder, discover
-from app.training import audio_cli
-from app.training.texture_fit import HeadTraining, fit_texture_net, fit_whitening, random_rotation
+from app.training.audio import cli as audio_cli
+from app.training.audio.texture_fit import HeadTraining, fit_texture_net, fit_whitening, random_rotation
 
 RATE = 8000
 

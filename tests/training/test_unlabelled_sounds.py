@@ -11,9 +11,9 @@ import torch
 
 from app.encoders.registry import load_checkpoint_dir
 from app.encoders.texture import TextureNet
-from app.training.synth_non_speech import varied_non_speech
-from app.training.texture_fit import fit_texture_net, HeadTraining
-from app.training.unlabelled_sounds import WHITEN_DIM, fit_whitening_only
+from app.training.synthesis.non_speech import varied_non_speech
+from app.training.audio.texture_fit import fit_texture_net, HeadTraining
+from app.training.general_audio.unlabelled_sounds import WHITEN_DIM, fit_whitening_only
 
 RATE = 16000
 

@@ -15,8 +15,8 @@ import soundfile as sf
 import torch
 
 from app.encoders.checkpoint import save_checkpoint
-from app.training import general_audio
-from app.training.audio_train import TrainConfig, build_model, model_config
+from app.training.general_audio import recipe as general_audio
+from app.training.audio.train import TrainConfig, build_model, model_config
 
 RATE = 16000
 

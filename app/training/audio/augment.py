@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from app.training.channel_augment import random_eq, reverberate
+from app.training.audio.channel_augment import random_eq, reverberate
 
 
 def add_noise(wave: np.ndarray, snr_db: float, rng: np.random.Generator) -> np.ndarray:
@@ -85,7 +85,7 @@ class AugmentConfig:
     gain_db: tuple[float, float] = (-6.0, 6.0)
     speed_prob: float = 0.3
     speed: tuple[float, float] = (0.9, 1.1)
-    # channel augmentation (app/training/channel_augment.py), off by default: recipes without it draw
+    # channel augmentation (app/training/audio/channel_augment.py), off by default: recipes without it draw
     # exactly the random numbers they drew before
     eq_prob: float = 0.0
     eq_db: float = 6.0

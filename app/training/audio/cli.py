@@ -77,7 +77,7 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt")
     p.add_argument("--extra-manifest", dest="extra_manifests", action="append", default=[], metavar="PATH",
                    help="synthetic or other extra data (a manifest or pack, repeatable), e.g. from "
-                        "`python -m app.training.synth_speech`: added to the TRAINING split only, never to "
+                        "`python -m app.training.synthesis.speech`: added to the TRAINING split only, never to "
                         "validation or the holdout; its speakers/labels must not be validation or held-out ones. "
                         "Labels found only here with a single clip are used as negatives only")
     p.add_argument("--init-from", metavar="CHECKPOINT_DIR",
@@ -113,8 +113,8 @@ def _command(args: argparse.Namespace) -> str:
 def run_texture(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from app.training.texture_fit import HeadTraining
-    from app.training.texture_train import TextureTrainConfig, train_texture
+    from app.training.audio.texture_fit import HeadTraining
+    from app.training.audio.texture_train import TextureTrainConfig, train_texture
 
     head_dim = args.bits - args.whiten_dim if args.head_dim is None else args.head_dim
     if args.whiten_dim + head_dim != args.bits:
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     if args.model == "texture-mlp":
         return run_texture(args)
 
-    from app.training.audio_train import TrainConfig, Trainer
+    from app.training.audio.train import TrainConfig, Trainer
 
     cfg = TrainConfig(
         manifest=args.manifest, model=args.model, bits=args.bits, out=args.out, name=args.name or Path(args.out).name,
@@ -183,8 +183,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m app.training.audio_cli ...`: the same command without the `recall` entry point."""
-    parser = argparse.ArgumentParser(prog="python -m app.training.audio_cli")
+    """`python -m app.training.audio.cli ...`: the same command without the `recall` entry point."""
+    parser = argparse.ArgumentParser(prog="python -m app.training.audio.cli")
     add_parser(parser.add_subparsers(dest="what", required=True))
     args = parser.parse_args(["audio", *(sys.argv[1:] if argv is None else argv)])
     args.argv = sys.argv[1:] if argv is None else argv  # the options the run records as its command

@@ -231,7 +231,7 @@ def read_pack(path: str | Path, sample_rate: int) -> tuple[list[Record], list[np
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m app.training.audio_data MANIFEST RATE OUT [--drop GROUPS]`: write a pack."""
+    """`python -m app.training.audio.data MANIFEST RATE OUT [--drop GROUPS]`: write a pack."""
     import argparse
 
     parser = argparse.ArgumentParser(description="pack a manifest's audio for a machine without the data")

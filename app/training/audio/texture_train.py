@@ -24,10 +24,10 @@ from app.encoders.texture import FAMILY, TextureNet
 from app.features.spectrogram import build_features
 from app.features.texture import TextureStats
 from app.features.windows import cut_windows
-from app.training.audio_data import Record, load_waves, read_manifest
-from app.training.augment import augmented_copy, eval_window
+from app.training.audio.data import Record, load_waves, read_manifest
+from app.training.audio.augment import augmented_copy, eval_window
 from app.training.retrieval import best_window_scores, retrieval_metrics
-from app.training.texture_fit import HeadTraining, fit_texture_net
+from app.training.audio.texture_fit import HeadTraining, fit_texture_net
 
 STATS_CHUNK = 256  # windows per frontend call: bounds memory
 

@@ -21,14 +21,14 @@ import torch
 from app.encoders import attn_hash, siamese
 from app.encoders._trained_audio import build_parts
 from app.encoders.checkpoint import save_checkpoint
-from app.training.audio_data import Record, load_waves, read_manifest, read_pack, split_records, with_extra_training
-from app.training.augment import CHANNEL_AUGMENT, AugmentConfig, eval_window, training_window
-from app.training.feature_bank import build_bank, draw
-from app.training.fine_tune import load_init_weights
-from app.training.spec_augment import MaskConfig, mask_features
+from app.training.audio.data import Record, load_waves, read_manifest, read_pack, split_records, with_extra_training
+from app.training.audio.augment import CHANNEL_AUGMENT, AugmentConfig, eval_window, training_window
+from app.training.audio.feature_bank import build_bank, draw
+from app.training.audio.fine_tune import load_init_weights
+from app.training.audio.spec_augment import MaskConfig, mask_features
 from app.training.losses import HashLossWeights, contrastive_loss, hashing_objective
 from app.training.retrieval import cosine_scores, hamming_scores, retrieval_metrics
-from app.training.samplers import LabelIndex, pair_batch, triplet_batch
+from app.training.audio.samplers import LabelIndex, pair_batch, triplet_batch
 
 BUILDERS = {"siamese-mlp": siamese.build_net, "attn-hash": attn_hash.build_net}
 
@@ -79,8 +79,8 @@ class TrainConfig:
     pairs: Literal["balanced", "unbalanced"] = "balanced"
     mining: Literal["random", "semihard", "hard"] = "semihard"
     augment: bool = True
-    spec_augment: bool = False  # attn-hash: mask random mel bands and frames (app/training/spec_augment.py)
-    channel_augment: bool = False  # random equaliser and room on training windows (app/training/channel_augment.py)
+    spec_augment: bool = False  # attn-hash: mask random mel bands and frames (app/training/audio/spec_augment.py)
+    channel_augment: bool = False  # random equaliser and room on training windows (app/training/audio/channel_augment.py)
     cache_dir: str | None = "/tmp/recall-audio-cache"
     threads: int = 2
     device: str = "cpu"
@@ -209,7 +209,7 @@ class Trainer:
         self.augment = AugmentConfig() if cfg.augment else AugmentConfig(0.0, 0.0, 0.0, (0, 0), (0, 0), 0.0, (1, 1))
         if cfg.augment and cfg.channel_augment:
             self.augment = dataclasses.replace(self.augment, **CHANNEL_AUGMENT)
-        # a frozen front-end's frames, computed once (app/training/feature_bank.py)
+        # a frozen front-end's frames, computed once (app/training/audio/feature_bank.py)
         self.bank = (build_bank(self.features, self._train_windows, len(self.train_waves), cfg.bank_copies)
                      if cfg.bank_copies > 0 else None)
         self.out = Path(cfg.out)

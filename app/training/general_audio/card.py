@@ -28,18 +28,18 @@ ASC_ROW = ("| {part} | **Arabic Speech Commands** (Ghandoura, Hjabo, Al Dakkak, 
 FSDD_ROW = ("| {part} | **Free Spoken Digit Dataset** (https://github.com/Jakobovski/free-spoken-digit-dataset): "
             "speakers george and lucas{how} | CC BY-SA 4.0 |")
 SYNTH_ROW = ("| {part} | speech synthesised here by **espeak-ng**: made-up words in 30 languages, 184 English words and "
-             "the English digits, many voices (app/training/synth_pseudowords.py, synth_speech.py){how} | made by this project |")
+             "the English digits, many voices (app/training/synthesis/pseudowords.py, speech.py){how} | made by this project |")
 ESC_ROW = ("| sounds branch, router | **ESC-50** (K. J. Piczak, ACM Multimedia 2015; https://github.com/karolpiczak/ESC-50): "
            "17 of the 25 classes in ../shared/data; per-clip attributions in `sounds/DATA.md` | CC BY-NC 3.0 (ESC-10 clips CC BY 3.0) |")
 GIVEN_ROW = "| speech branch{what} | the `speech-attn-hash` checkpoint: see `speech/DATA.md` | CC BY 4.0 |"
-GENERATED_ROW = ("| {part} | non-speech generated here: silence, noise and tones{varied} (app/training/router_fit.py"
+GENERATED_ROW = ("| {part} | non-speech generated here: silence, noise and tones{varied} (app/training/general_audio/router_fit.py"
                  "{module}) | made by this project |")
 VARIED = ", and bursts, impacts, sweeps, harmonic tones, click trains, crackle and tones in noise"
 UNLABELLED_SOUNDS_ROW = ("| sounds branch (no labels) | the texture statistics' whitening alone, fitted on the synthetic "
                          "English words and the generated non-speech above | made by this project |")
 WORDS_AS_SOUND_LABELS_ROW = ("| sounds branch (no sound labels) | the synthetic English words above, as the texture "
                              "head's classes | made by this project |")
-ESC_ATTRIBUTIONS = Path(__file__).resolve().parent.parent / "assets" / "models" / "sounds-texture" / "DATA.md"
+ESC_ATTRIBUTIONS = Path(__file__).resolve().parents[2] / "assets" / "models" / "sounds-texture" / "DATA.md"
 
 
 def data_md(name: str, holdout: dict[str, Any], speech: str, without: str | None = None, negatives: str = "basic",
@@ -61,7 +61,7 @@ def data_md(name: str, holdout: dict[str, Any], speech: str, without: str | None
     varied = negatives == "varied"
     whitening = without == "esc" and sounds_without_labels == "whiten"
     rows.append(GENERATED_ROW.format(part="router" + (", sounds branch" if whitening else ""),
-                                     varied=VARIED if varied else "", module=", synth_non_speech.py" if varied else ""))
+                                     varied=VARIED if varied else "", module=", synthesis/non_speech.py" if varied else ""))
     if without == "esc":
         rows.append(UNLABELLED_SOUNDS_ROW if whitening else WORDS_AS_SOUND_LABELS_ROW)
     else:

@@ -3,7 +3,7 @@
 The held-out speakers, words and classes (constants below) are what bench/audio_generalisation.py
 scores on, so every manifest here leaves them out; ``without`` leaves a whole corpus out for the
 leave-one-corpus-out runs. Synthetic speech: espeak-ng's made-up words in 30 languages and English
-everyday words (app/training/synth_pseudowords.py, app/training/synth_speech.py) and English digits in
+everyday words (app/training/synthesis/pseudowords.py, app/training/synthesis/speech.py) and English digits in
 many voices. Each file is made once in the work folder and reused by a resumed run.
 """
 
@@ -62,8 +62,8 @@ def training_manifests(data: Path, work: Path, without: str | None) -> dict[str,
 
 
 def synthesise(work: Path, args: argparse.Namespace) -> dict[str, Path]:
-    from app.training.synth_pseudowords import LANGUAGES, synthesise_pseudowords
-    from app.training.synth_speech import DEFAULT_WORDS, synthesise_words
+    from app.training.synthesis.pseudowords import LANGUAGES, synthesise_pseudowords
+    from app.training.synthesis.speech import DEFAULT_WORDS, synthesise_words
 
     pseudo, english = work / "pseudo" / "manifest.csv", work / "synth-en" / "manifest.csv"
     languages = tuple(args.languages.split(",")) if args.languages else LANGUAGES
@@ -83,8 +83,8 @@ def speed_perturbed(manifest: Path, work: Path, factors: tuple[float, ...]) -> P
     useful augmentation for unseen speakers)."""
     import soundfile as sf
 
-    from app.training.audio_data import load_waves, read_manifest
-    from app.training.augment import change_speed
+    from app.training.audio.data import load_waves, read_manifest
+    from app.training.audio.augment import change_speed
 
     out_dir, out = work / "speed-perturbed", work / (manifest.stem + "-speeds.csv")
     records = read_manifest(manifest)
@@ -104,7 +104,7 @@ def synthesise_digits(work: Path, voices: int, seed: int) -> Path:
     """English digits in many espeak-ng voices, labelled as FSDD labels them ("digit:N") so that a real
     speaker's "three" and a synthetic one's are positives of each other: many voices per word is what two
     real FSDD speakers cannot give. The held-out digit words are not synthesised into training."""
-    from app.training.synth_speech import synthesise_words
+    from app.training.synthesis.speech import synthesise_words
 
     raw, out = work / "synth-digits" / "manifest.csv", work / "digits-train.csv"
     if not raw.is_file():

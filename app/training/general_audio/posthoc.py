@@ -1,9 +1,9 @@
 """general-audio's modes that train nothing: they start from existing routed-fusion checkpoints.
 
-``--speech-soup`` averages the speech branches of several fine-tunes (app/training/speech_soup.py);
-``--views-from`` (version 3) adds the training-free speech views (app/training/speech_views_fit.py);
+``--speech-soup`` averages the speech branches of several fine-tunes (app/training/general_audio/speech_soup.py);
+``--views-from`` (version 3) adds the training-free speech views (app/training/general_audio/speech_views_fit.py);
 ``--router-from`` (version 4) fits the router again on the recipe's router windows
-(app/training/router_refit.py). Both record their own command in the new checkpoint's config.
+(app/training/general_audio/router_refit.py). Both record their own command in the new checkpoint's config.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from app.training.router_data import VARIED_BASIC_FLOOR, VARIED_WINDOWS, router_data
-from app.training.general_audio_data import synthesise, training_manifests
+from app.training.general_audio.router_data import VARIED_BASIC_FLOOR, VARIED_WINDOWS, router_data
+from app.training.general_audio.data import synthesise, training_manifests
 
 ROUTER_NOTE = {
-    "basic": "generated silence, noise and tones (app/training/router_fit.py)",
+    "basic": "generated silence, noise and tones (app/training/general_audio/router_fit.py)",
     "varied": f"at least {VARIED_BASIC_FLOOR} generated windows of silence, noise and tones and {VARIED_WINDOWS} of nine "
               "richer kinds: bursts, impacts, sweeps, harmonic tones, click trains, crackle, tones in noise "
-              "(app/training/synth_non_speech.py)",
+              "(app/training/synthesis/non_speech.py)",
 }
 
 
@@ -59,8 +59,8 @@ def _config_update(args: argparse.Namespace, note: str, source: str | Path, addi
 
 
 def fit_views(data: Path, args: argparse.Namespace) -> int:
-    """``--views-from``: no training; fit the speech views (app/training/speech_views_fit.py) and write --out."""
-    from app.training.speech_views_fit import fit_views_checkpoint
+    """``--views-from``: no training; fit the speech views (app/training/general_audio/speech_views_fit.py) and write --out."""
+    from app.training.general_audio.speech_views_fit import fit_views_checkpoint
 
     if args.whiten_eps is None and not args.mfcc_bits and not args.frontend_bits:
         raise SystemExit("--views-from needs --whiten-eps, --mfcc-bits and/or --frontend-bits")
@@ -79,7 +79,7 @@ def fit_views(data: Path, args: argparse.Namespace) -> int:
 
 def refit_router(data: Path, work: Path, args: argparse.Namespace) -> int:
     """``--router-from``: no training; the source's router fitted again on this recipe's router windows."""
-    from app.training.router_refit import refit_router_checkpoint
+    from app.training.general_audio.router_refit import refit_router_checkpoint
 
     def windows(without: str | None):
         manifests = training_manifests(data, work, without)
@@ -100,7 +100,7 @@ def refit_router(data: Path, work: Path, args: argparse.Namespace) -> int:
 
 def make_soup(data: Path, args: argparse.Namespace) -> int:
     """``--speech-soup``: no training; one speech branch averaged from several fine-tunes, written to --out."""
-    from app.training.speech_soup import soup_checkpoint
+    from app.training.general_audio.speech_soup import soup_checkpoint
 
     sources = [Path(part) for part in args.speech_soup.split(",") if part]
     update = _config_update(args, "minutes on CPU: the speech branches are averaged, the hash layer's statistics "

@@ -4,26 +4,26 @@
 
 Steps (each skipped when its output already exists in ``--work``, so a stopped run resumes):
 
-1. espeak-ng says made-up words in 30 languages (app/training/synth_pseudowords.py) and 184 English
-   everyday words (app/training/synth_speech.py), in many voices, at 8 kHz;
+1. espeak-ng says made-up words in 30 languages (app/training/synthesis/pseudowords.py) and 184 English
+   everyday words (app/training/synthesis/speech.py), in many voices, at 8 kHz;
 2. the speech branch (attn-hash, paper 004's network) trains on Arabic Speech Commands (held-out
    speakers and held-out keywords removed), FSDD (held-out speakers removed) and the synthetic words;
 3. the sounds branch (texture-mlp) fits on the ESC-50 classes not held out, on 1 s windows (with
    ``--without esc --sounds-without-labels whiten``: the statistics' whitening alone, no labels;
-   app/training/unlabelled_sounds.py);
-4. the router (app/training/router_fit.py) is fitted on windows of the training speech against
+   app/training/general_audio/unlabelled_sounds.py);
+4. the router (app/training/general_audio/router_fit.py) is fitted on windows of the training speech against
    the training sounds and generated non-speech (``--router-negatives varied``: nine more kinds,
-   app/training/synth_non_speech.py);
+   app/training/synthesis/non_speech.py);
 5. the three are written as one ``routed-fusion`` checkpoint (app/encoders/routed_fusion.py).
 
 ``--views-from DIR --whiten-eps E --mfcc-bits B`` trains nothing: it takes DIR's branches and router and
-adds the training-free speech views (app/training/speech_views_fit.py; general-audio version 3).
+adds the training-free speech views (app/training/general_audio/speech_views_fit.py; general-audio version 3).
 ``--router-from DIR --router-negatives varied`` trains nothing either: DIR's branches and views with the
-router fitted again (app/training/router_refit.py; general-audio version 4).
+router fitted again (app/training/general_audio/router_refit.py; general-audio version 4).
 ``--speech-soup A,B,...`` trains nothing: one speech branch, the weight average of several fine-tunes
-(app/training/speech_soup.py; general-audio version 5, whose chain is soup -> views -> router).
+(app/training/general_audio/speech_soup.py; general-audio version 5, whose chain is soup -> views -> router).
 
-What is held out (app/training/general_audio_data.py) is what bench/audio_generalisation.py scores on. ``--without
+What is held out (app/training/general_audio/data.py) is what bench/audio_generalisation.py scores on. ``--without
 asc|fsdd|esc`` trains the same recipe without one corpus, for the leave-one-corpus-out evaluation.
 """
 
@@ -39,12 +39,12 @@ from typing import Any
 import numpy as np
 
 # the held-out parts are read from here by the bench and the post-hoc steps (``recipe.ASC_HOLDOUT_SPEAKERS``)
-from app.training.general_audio_data import (
+from app.training.general_audio.data import (
     ASC_HOLDOUT_SPEAKERS, ASC_HOLDOUT_WORDS, CORPORA, ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS,
     FSDD_HOLDOUT_WORDS, SPEECH_RATE, SPEED_FACTORS, speed_perturbed, synthesise, training_manifests,
 )
 
-from app.training.router_data import HOP_S, SERVICE_RATE, WINDOW_S, generated_negatives, router_data, sample_waves
+from app.training.general_audio.router_data import HOP_S, SERVICE_RATE, WINDOW_S, generated_negatives, router_data, sample_waves
 FINISHED = "finished"
 
 
@@ -73,7 +73,7 @@ def speech_argv(data: Path, manifests: dict[str, Path], synth: dict[str, Path], 
 
 
 def train_speech(data: Path, manifests: dict[str, Path], synth: dict[str, Path], out: Path, args: argparse.Namespace) -> None:
-    from app.training.audio_cli import main as audio_main
+    from app.training.audio.cli import main as audio_main
 
     argv = speech_argv(data, manifests, synth, out, args)
     if (out / "train_state.pt").is_file():
@@ -83,7 +83,7 @@ def train_speech(data: Path, manifests: dict[str, Path], synth: dict[str, Path],
 
 
 def train_sounds(manifests: dict[str, Path], synth: dict[str, Path], out: Path, args: argparse.Namespace) -> None:
-    from app.training.audio_cli import main as audio_main
+    from app.training.audio.cli import main as audio_main
 
     if "esc" not in manifests and args.sounds_without_labels == "whiten":
         return whiten_sounds(synth, out, args)
@@ -100,9 +100,9 @@ def train_sounds(manifests: dict[str, Path], synth: dict[str, Path], out: Path, 
 def whiten_sounds(synth: dict[str, Path], out: Path, args: argparse.Namespace) -> None:
     """The sounds branch without labelled sounds: a whitening of the texture statistics alone, fitted on
     a seeded sample of the synthetic English words and the router's generated non-speech
-    (app/training/unlabelled_sounds.py)."""
-    from app.training.router_fit import clip_windows
-    from app.training.unlabelled_sounds import fit_whitening_only
+    (app/training/general_audio/unlabelled_sounds.py)."""
+    from app.training.general_audio.router_fit import clip_windows
+    from app.training.general_audio.unlabelled_sounds import fit_whitening_only
 
     rng = np.random.default_rng(args.seed)
     words = clip_windows(sample_waves(synth["synth-en"], args.router_clips, rng), SERVICE_RATE, WINDOW_S, HOP_S)
@@ -113,15 +113,15 @@ def whiten_sounds(synth: dict[str, Path], out: Path, args: argparse.Namespace) -
 
 def run(args: argparse.Namespace) -> int:
     from app.encoders.registry import load_checkpoint_dir
-    from app.training.general_audio_card import write_data_card
-    from app.training.general_audio_posthoc import fit_views, make_soup, one_step, refit_router
-    from app.training.router_fit import assemble, fit_router, texture_statistics
+    from app.training.general_audio.card import write_data_card
+    from app.training.general_audio.posthoc import fit_views, make_soup, one_step, refit_router
+    from app.training.general_audio.router_fit import assemble, fit_router, texture_statistics
 
     started = time.time()
     if not args.out and not args.write_manifests:
         raise SystemExit("recall train general-audio: error: --out is required")
-    if args.soup_seeds:  # version 5's whole chain, one step after another (app/training/soup_recipe.py)
-        from app.training.soup_recipe import run_recipe
+    if args.soup_seeds:  # version 5's whole chain, one step after another (app/training/general_audio/soup_recipe.py)
+        from app.training.general_audio.soup_recipe import run_recipe
 
         return run_recipe(args, getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:],
                           parse_args, run)
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{corpus}: {path}")
         return 0
     if args.speech_swap_into:  # version 6: a new speech branch beside an existing sounds branch and router
-        from app.training.speech_swap import swap_speech
+        from app.training.general_audio.speech_swap import swap_speech
 
         if bool(args.speech_from) == bool(args.speech_frontend):
             raise SystemExit("--speech-swap-into needs the new speech branch: --speech-from DIR, or --speech-frontend "
@@ -244,9 +244,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "router again (with --router-negatives)")
     p.add_argument("--speech-soup", metavar="DIR,DIR[,...]",
                    help="train nothing: average the speech branches of these routed-fusion fine-tunes of one network "
-                        "(a model soup, app/training/speech_soup.py); sounds branch and router from the first")
+                        "(a model soup, app/training/general_audio/speech_soup.py); sounds branch and router from the first")
     p.add_argument("--soup-seeds", metavar="S,S,...", help="with --speech-init: version 5's whole chain in one command "
-                   "(app/training/soup_recipe.py): fine-tunes per seed, their soup, the views, the router")
+                   "(app/training/general_audio/soup_recipe.py): fine-tunes per seed, their soup, the views, the router")
     p.add_argument("--whiten-eps", type=float, default=None,
                    help="with --views-from: whiten the speech float, eigenvalues floored at EPS x the largest")
     p.add_argument("--mfcc-bits", type=int, default=0,
@@ -264,7 +264,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m app.training.general_audio")
+    parser = argparse.ArgumentParser(prog="python -m app.training.general_audio.recipe")
     add_parser(parser.add_subparsers(dest="what", required=True))
     return parser.parse_args(["general-audio", *argv])
 

@@ -1,6 +1,6 @@
 """The router's training windows for `recall train general-audio`: labelled speech and non-speech at the service rate.
 
-Below the recipe's command line (app/training/general_audio.py) and its post-hoc steps, which both read it, so
+Below the recipe's command line (app/training/general_audio/recipe.py) and its post-hoc steps, which both read it, so
 neither has to import the other.
 """
 
@@ -23,10 +23,10 @@ def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, p
 
     ``negatives`` says which generated non-speech joins the real sounds: ``basic`` (versions 1-3):
     silence, noise and tones, half as many windows as the real sounds, at least 20; ``varied``
-    (version 4): at least 600 of those plus 1,800 of nine richer kinds (app/training/synth_non_speech.py),
+    (version 4): at least 600 of those plus 1,800 of nine richer kinds (app/training/synthesis/non_speech.py),
     so the router learns "not speech" from more than one corpus's classes.
     """
-    from app.training.router_fit import clip_windows, short_in_window, with_noise
+    from app.training.general_audio.router_fit import clip_windows, short_in_window, with_noise
 
     rng = np.random.default_rng(seed)
     sample = lambda path: sample_waves(path, per_source, rng)  # noqa: E731 (one generator across sources)
@@ -44,7 +44,7 @@ def router_data(manifests: dict[str, Path], synth: dict[str, Path], seed: int, p
 
 def sample_waves(manifest: Path, n: int, rng: np.random.Generator) -> list[np.ndarray]:
     """A seeded sample of up to ``n`` of a manifest's clips, in manifest order, at the service rate."""
-    from app.training.audio_data import load_waves, read_manifest
+    from app.training.audio.data import load_waves, read_manifest
 
     records = read_manifest(manifest)
     chosen = sorted(rng.choice(len(records), size=min(n, len(records)), replace=False))
@@ -53,8 +53,8 @@ def sample_waves(manifest: Path, n: int, rng: np.random.Generator) -> list[np.nd
 
 def generated_negatives(real: int, negatives: str, seed: int) -> list[np.ndarray]:
     """The generated non-speech that joins ``real`` real sound windows (see :func:`router_data`)."""
-    from app.training.router_fit import generated_non_speech
-    from app.training.synth_non_speech import varied_non_speech
+    from app.training.general_audio.router_fit import generated_non_speech
+    from app.training.synthesis.non_speech import varied_non_speech
 
     window = int(WINDOW_S * SERVICE_RATE)
     floor = VARIED_BASIC_FLOOR if negatives == "varied" else 20

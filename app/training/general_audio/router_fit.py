@@ -65,7 +65,7 @@ def short_in_window(waves: list[np.ndarray], sample_rate: int, window_s: float, 
     branch (espeak-ng "okno", "khidki", "ventana": p(speech) 0.04-0.37). Both classes get them,
     so that zero padding itself says nothing about speech: a short bark stays a sound.
     """
-    from app.training.augment import energetic_crop
+    from app.training.audio.augment import energetic_crop
 
     rng = np.random.default_rng(seed)
     window = int(round(window_s * sample_rate))

@@ -1,7 +1,7 @@
 """``recall train general-audio --router-from DIR``: a routed-fusion checkpoint with its router fitted again.
 
 Nothing is trained: the branches and the speech views are DIR's, byte for byte; only the router
-(a logistic regression on the sounds branch's statistics, app/training/router_fit.py) is refitted
+(a logistic regression on the sounds branch's statistics, app/training/general_audio/router_fit.py) is refitted
 on the recipe's router windows, e.g. with ``--router-negatives varied`` (version 4). The corpora DIR
 was trained ``--without`` stay left out.
 """
@@ -15,7 +15,7 @@ import numpy as np
 
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
 from app.encoders.speech_views import PREFIX as VIEWS_PREFIX
-from app.training.router_fit import copy_branch, fit_router, texture_statistics
+from app.training.general_audio.router_fit import copy_branch, fit_router, texture_statistics
 
 RouterWindows = Callable[[str | None], tuple[list[np.ndarray], list[np.ndarray]]]
 

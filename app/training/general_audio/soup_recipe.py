@@ -50,7 +50,7 @@ def recipe_steps(args: argparse.Namespace, argv: list[str]) -> list[list[str]]:
     seeds = [s.strip() for s in args.soup_seeds.split(",") if s.strip()]
     if len(seeds) < 1 or not args.speech_init:
         raise SystemExit("--soup-seeds needs --speech-init and at least one seed (two fine-tunes per seed)")
-    from app.training.general_audio_posthoc import given_steps
+    from app.training.general_audio.posthoc import given_steps
 
     taken = [flag for flag in given_steps(args) if flag != "--speech-init"]
     if taken:

@@ -33,7 +33,7 @@ import torch
 
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
 from app.encoders.routed_fusion import FAMILY
-from app.training.router_fit import copy_branch
+from app.training.general_audio.router_fit import copy_branch
 
 
 def average_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -163,8 +163,8 @@ def fit_bit_thresholds(data: Path, checkpoint: Path, seed: int,
     """Step 2 of the module docstring for ``checkpoint``'s (averaged) speech branch: its new weights, and how
     much data the statistics saw."""
     from app.encoders.registry import load_checkpoint_dir
-    from app.training.audio_data import Record, load_waves
-    from app.training.speech_views_fit import fit_paths, window_batches
+    from app.training.audio.data import Record, load_waves
+    from app.training.general_audio.speech_views_fit import fit_paths, window_batches
 
     encoder = load_checkpoint_dir(checkpoint)
     paths = fit_paths(data, read_config(checkpoint / "speech"), seed, without)
@@ -180,7 +180,7 @@ def soup_note(version: str | None, configs: list[dict[str, Any]]) -> str:
     """The data card's paragraph on the soup: the same data, and what the ingredients' augmentation made."""
     channel = sum(bool(c.get("training", {}).get("channel_augment")) for c in configs)
     made = (f" {channel} of them also heard their training clips through random equalisers and synthetic rooms "
-            "(app/training/channel_augment.py), made by this project." if channel else "")
+            "(app/training/audio/channel_augment.py), made by this project." if channel else "")
     return (f"The speech branch of version {version} is the weight average (`--speech-soup`) of {len(configs)} "
             "fine-tunes of one network on the data above, at different seeds; together they trained on every "
             f"training-side speaker listed.{made}")

@@ -18,9 +18,9 @@ from typing import Any
 from app.encoders.checkpoint import load_checkpoint, read_config
 from app.encoders.routed_fusion import Router
 from app.encoders.speech_views import PREFIX as VIEWS_PREFIX
-from app.training.general_audio_data import ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS, FSDD_HOLDOUT_WORDS
-from app.training.general_audio_posthoc import _config_update
-from app.training.router_fit import assemble
+from app.training.general_audio.data import ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS, FSDD_HOLDOUT_WORDS
+from app.training.general_audio.posthoc import _config_update
+from app.training.general_audio.router_fit import assemble
 
 # what the source config says about its old speech branch: not true of the new one
 OLD_SPEECH_KEYS = ("speech_views", "speech_soup", "router_from", "views_from")
@@ -44,7 +44,7 @@ def frontend_speech_argv(data: Path, fsdd_manifest: Path, out: Path, args: argpa
     front-end, on every ASC speaker but the held-out ones and FSDD's training speakers and digits."""
     import csv
 
-    from app.training.general_audio_data import ASC_HOLDOUT_SPEAKERS
+    from app.training.general_audio.data import ASC_HOLDOUT_SPEAKERS
 
     with (data / "asc" / "asc.csv").open(newline="") as handle:
         speakers = {row["speaker"] for row in csv.DictReader(handle)}
@@ -65,8 +65,8 @@ def frontend_speech_argv(data: Path, fsdd_manifest: Path, out: Path, args: argpa
 
 def train_frontend_speech(data: Path, work: Path, args: argparse.Namespace) -> Path:
     """Train (or, when ``work`` already holds a finished one, reuse) the speech head; its directory."""
-    from app.training.audio_cli import main as audio_main
-    from app.training.general_audio_data import training_manifests
+    from app.training.audio.cli import main as audio_main
+    from app.training.general_audio.data import training_manifests
 
     out = work / "speech-frontend"
     if (out / FINISHED).is_file() and not args.retrain:

@@ -28,7 +28,7 @@ from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_confi
 from app.encoders.levin_mfcc import MFCC_DIM, N_MELS, downsampled_mfcc
 from app.encoders.speech_views import PREFIX, fitted_views
 from app.features.logmel import LogMel
-from app.training.router_fit import copy_branch
+from app.training.general_audio.router_fit import copy_branch
 
 ASC_SAMPLE = 600
 CHUNK = 64
@@ -42,7 +42,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 def fit_paths(data: Path, speech_config: dict[str, Any], seed: int, without: str | None = None) -> list[Path]:
     """The training-side clips the views are fitted on (see the module docstring); ``without`` names a
     corpus the source checkpoint was trained without, left out here as well."""
-    from app.training import general_audio_data as recipe
+    from app.training.general_audio import data as recipe
 
     split = speech_config.get("split", {})
     left_out = set(recipe.ASC_HOLDOUT_SPEAKERS) | set(split.get("val", [])) | set(split.get("holdout", []))
@@ -67,7 +67,7 @@ def window_batches(clips: list[np.ndarray], rate: int, window_s: float, hop_s: f
 def fit_views_checkpoint(data: Path, source: Path, out: Path, whiten_eps: float | None, mfcc_bits: int, seed: int,
                          config_update: dict[str, Any], frontend_bits: int = 0) -> Path:
     from app.encoders.registry import load_checkpoint_dir
-    from app.training.audio_data import Record, load_waves
+    from app.training.audio.data import Record, load_waves
 
     source, out = Path(source), Path(out)
     if source.resolve() == out.resolve():

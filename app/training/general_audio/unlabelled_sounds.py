@@ -20,8 +20,8 @@ import torch
 from app.encoders.checkpoint import save_checkpoint
 from app.encoders.texture import FAMILY, TextureNet
 from app.features.spectrogram import build_features
-from app.training.texture_fit import fit_whitening, random_rotation
-from app.training.texture_train import TextureTrainConfig, window_stats
+from app.training.audio.texture_fit import fit_whitening, random_rotation
+from app.training.audio.texture_train import TextureTrainConfig, window_stats
 
 # chosen on a dev set (the 17 ESC-50 training-side classes, which a --without esc run never hears) among
 # 256 / 192 / 128 / 64 directions and floors 0.01 / 0.03 / 0.1, by Hamming MAP over four rotation seeds

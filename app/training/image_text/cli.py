@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from app.training.image_text_train import TrainConfig
+from app.training.image_text.train import TrainConfig
 
 
 def add_parser(kinds: argparse._SubParsersAction) -> None:
@@ -53,7 +53,7 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from app.training.image_text_train import train
+    from app.training.image_text.train import train
 
     device = args.device
     if device == "auto":
@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (`python -m app.training.image_text_cli ...`), same options as `recall train image-text`."""
-    parser = argparse.ArgumentParser(prog="python -m app.training.image_text_cli")
+    """Stand-alone entry (`python -m app.training.image_text.cli ...`), same options as `recall train image-text`."""
+    parser = argparse.ArgumentParser(prog="python -m app.training.image_text.cli")
     add_parser(parser.add_subparsers(dest="what", required=True))
     args = parser.parse_args(["image-text", *(argv if argv is not None else sys.argv[1:])])
     return int(args.func(args))

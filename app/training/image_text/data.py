@@ -21,7 +21,7 @@ import numpy as np
 from PIL import Image
 
 from app.encoders.image_text_model import CROP, RESIZE
-from app.training.synth_images import IRRELEVANT, RELEVANT_PLUS, Scene, caption_relevance, render
+from app.training.synthesis.images import IRRELEVANT, RELEVANT_PLUS, Scene, caption_relevance, render
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Quality report for an image-text checkpoint on its held-out real photos (one command).
 
-    python -m app.training.image_text_report --checkpoint app/assets/models/image-text-minilm \\
+    python -m app.training.image_text.report --checkpoint app/assets/models/image-text-minilm \\
         --photos /work/shared/data/coco --out reports/image_text
 
 Queries are every caption of every held-out photo (the checkpoint config lists those files;
@@ -32,9 +32,9 @@ from app.encoders.image_text_model import prepare, to_tensor
 from app.encoders.text_features import tokenise
 from app.eval.metrics import aggregate, evaluate
 from app.eval.significance import paired_randomization_test, wilcoxon_test
-from app.training.image_text_data import load_photo, read_records
-from app.training.image_text_rivals import fit_cca, random_order_metrics
-from app.training.synth_images import generate_scenes, render
+from app.training.image_text.data import load_photo, read_records
+from app.training.image_text.rivals import fit_cca, random_order_metrics
+from app.training.synthesis.images import generate_scenes, render
 
 METRICS = ("R@1", "R@5", "R@10", "median_rank")
 GRADED = ("wP@30",)
@@ -256,7 +256,7 @@ def write_markdown(report: dict[str, Any], path: Path) -> None:
         "",
         f"- {t['steps_done']} steps of batch {t['batch_size']} on {t['device']} ({t['seconds']} s): {t['scenes']} "
         f"generated scenes x 5 captions and {t['train_photos']} training photos x 5 captions; weights "
-        f"{t['weights_bytes'] / 1e6:.1f} MB. Reproduce with the command in app/training/image_text_cli.py.",
+        f"{t['weights_bytes'] / 1e6:.1f} MB. Reproduce with the command in app/training/image_text/cli.py.",
         f"- On 300 unseen generated scenes (their first caption against all 300 images) it reaches R@1 "
         f"{val.get('stage1_R@1', float('nan')):.2f} / R@10 {val.get('stage1_R@10', float('nan')):.2f} in stage 1 and "
         f"R@1 {val.get('rerank_R@1', float('nan')):.2f} / R@10 {val.get('rerank_R@10', float('nan')):.2f} with the "

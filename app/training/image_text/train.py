@@ -22,8 +22,8 @@ from app.encoders.checkpoint import save_checkpoint
 from app.encoders.image_text import FAMILY
 from app.encoders.image_text_model import ImageTextModel, head_loss, ranking_loss, to_tensor
 from app.encoders.text_features import CachedFeatures, MiniLMFeatures, TextFeatures, TfidfFeatures
-from app.training.image_text_data import BatchSampler, Photo, colour_pca, load_photo, read_records, split_records
-from app.training.synth_images import Scene, generate_scenes, render
+from app.training.image_text.data import BatchSampler, Photo, colour_pca, load_photo, read_records, split_records
+from app.training.synthesis.images import Scene, generate_scenes, render
 
 
 class TrainConfig(BaseModel):

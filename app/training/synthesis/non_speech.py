@@ -1,6 +1,6 @@
 """Generated non-speech of many kinds, for the speech/non-speech router's negatives.
 
-Why: the router (app/training/router_fit.py) learns "not speech" from the everyday sounds it is
+Why: the router (app/training/general_audio/router_fit.py) learns "not speech" from the everyday sounds it is
 shown. With the ESC-50 clips left out (the leave-one-corpus-out run) its only negatives were 20
 windows of silence, noise and tones, and it sent 36% of ESC-50 windows to the speech half; a user's
 collection holds sounds of classes no corpus here has. These kinds cover textures real sounds are

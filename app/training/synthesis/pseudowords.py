@@ -10,7 +10,7 @@ same pronunciation, and the model learns to compare sound sequences rather than 
 Arabic is left out on purpose, and so is every real keyword and digit of the evaluation data: the
 unseen-words and leave-one-corpus-out evaluations (bench/audio_generalisation.py) stay clean.
 
-    python -m app.training.synth_pseudowords --out .gpu/pseudo --words-per-language 40 --voices 6
+    python -m app.training.synthesis.pseudowords --out .gpu/pseudo --words-per-language 40 --voices 6
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.training.synth_speech import (PITCH, RESERVED, SPEED, Voice, available_languages, available_variants,
+from app.training.synthesis.speech import (PITCH, RESERVED, SPEED, Voice, available_languages, available_variants,
                                        espeak_binary, run_synthesis, synthesise)
 
 # Languages written in the Latin alphabet, so the same spelling is read by each one's own rules.
@@ -87,7 +87,7 @@ def synthesise_pseudowords(out: str | Path, words_per_language: int = 40, voices
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m app.training.synth_pseudowords",
+    parser = argparse.ArgumentParser(prog="python -m app.training.synthesis.pseudowords",
                                      description="made-up words read by espeak-ng in many languages and voices")
     parser.add_argument("--out", required=True)
     parser.add_argument("--words-per-language", type=int, default=40)
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     manifest = synthesise_pseudowords(args.out, args.words_per_language, args.voices, args.sample_rate, args.seed,
                                       args.workers, tuple(v for v in args.languages.split(",") if v),
-                                      command="python -m app.training.synth_pseudowords " + shlex.join(argv))
+                                      command="python -m app.training.synthesis.pseudowords " + shlex.join(argv))
     print(f"{sum(1 for _ in open(manifest)) - 1} clips -> {manifest}")
     return 0
 

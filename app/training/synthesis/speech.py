@@ -11,7 +11,7 @@ e.g. ``en-029+f3-p41-s162``, is the manifest's speaker column. Labels are ``synt
 they can never equal a real data set's label. espeak-ng's output for given arguments is
 deterministic, and the voices are drawn from a seeded generator, so a seed fixes every file.
 
-    python -m app.training.synth_speech --out .gpu/synth --voices 24 --sample-rate 8000
+    python -m app.training.synthesis.speech --out .gpu/synth --voices 24 --sample-rate 8000
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def run_synthesis(jobs: list, make, out: Path, workers: int, binary: str, record
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m app.training.synth_speech",
+    parser = argparse.ArgumentParser(prog="python -m app.training.synthesis.speech",
                                      description="synthesise extra training words with espeak-ng (for recall train audio --extra-manifest)")
     parser.add_argument("--words", help=f"file with one word per line (default: {len(DEFAULT_WORDS)} built-in everyday words, no keywords or digits)")
     parser.add_argument("--max-words", type=int, help="only the first N words")
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     words = read_words(args.words)[: args.max_words]
     manifest = synthesise_words(words, args.voices, args.sample_rate, args.out, args.seed, args.workers,
                                 tuple(v for v in args.languages.split(",") if v),
-                                command="python -m app.training.synth_speech " + shlex.join(argv))
+                                command="python -m app.training.synthesis.speech " + shlex.join(argv))
     print(f"{sum(1 for _ in open(manifest)) - 1} clips -> {manifest}")
     return 0
 
