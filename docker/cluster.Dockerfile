@@ -3,7 +3,8 @@
 # the workers have the same Python, Ray and application code (Ray requires it).
 FROM recall:latest
 USER root
-RUN pip install --no-cache-dir -c /app/requirements.lock 'psycopg[binary]>=3.2' 'ray>=2.40' \
-    || pip install --no-cache-dir 'psycopg[binary]>=3.2' 'ray>=2.40' \
+# hash-checked like the service image: every package and file from requirements.lock (its cluster extra)
+RUN pip install --no-cache-dir --require-hashes -c /app/requirements.lock 'psycopg[binary]>=3.2' 'ray>=2.40' \
+    && pip check \
     && chmod 0755 /app/docker/ray-node-serve.sh
-USER recall
+USER 10001:10001
