@@ -64,7 +64,7 @@ lock:
 	scripts/lock.sh
 
 bench: install
-	$(BIN)/python -m bench.run_all
+	$(BIN)/python -m bench speed
 
 clean:
 	rm -rf $(VENV) .pytest_cache

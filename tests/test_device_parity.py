@@ -1,4 +1,4 @@
-"""The CPU-vs-GPU comparison in bench/device_parity.py, checked by hand on CPU (the suite never needs a GPU)."""
+"""The CPU-vs-GPU comparison in bench/encoders/device_parity.py, checked by hand on CPU (the suite never needs a GPU)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from app.encoders.base import Embeddings, l2_normalise, sign_codes
-from bench import device_parity
+from bench.encoders import device_parity
 
 
 def _embeddings(floats: np.ndarray) -> Embeddings:

@@ -7,7 +7,7 @@
 * ``auto``: flat until the collection holds ``index.auto_ivf_windows`` codes (a setting), then
   ivf, trained in the background while flat keeps answering.
 
-Why IVF and not HNSW or multi-index hashing (bench/index_kinds.py, bench/results/index_kinds.json,
+Why IVF and not HNSW or multi-index hashing (bench/index/index_kinds.py, bench/results/index_kinds.json,
 clustered 256- and 512-bit codes, one query at a time): at 10^6 x 256 bits IVF (4096 lists, nprobe 64)
 reaches recall@10 0.99 against exact flat search in 0.17 ms, where ``IndexBinaryHNSW`` (M=32) reaches
 0.93 at efSearch 128 in 0.31 ms and took longer to build (231 s against 171 s); ``IndexBinaryMultiHash``

@@ -81,7 +81,7 @@ class KeyFile:
         self._lock = threading.Lock()
         # Creating and revoking read, change and rewrite the whole file. Unserialised, two at once
         # lost one of the changes (an acknowledged key missing) or raced on the temporary file (a
-        # 500, found by the fuzz: bench/fuzz.py). This lock serialises the threads of a process,
+        # 500, found by the fuzz: bench/reliability/fuzz.py). This lock serialises the threads of a process,
         # the flock of _changing() the processes sharing the file (the CLI, cluster replicas).
         self._write_lock = threading.Lock()
         self._stamp: tuple[int, int] | None = None

@@ -1,4 +1,4 @@
-"""Regressions found by the schemathesis fuzz (tests/reliability/test_fuzz_api.py, bench/fuzz.py).
+"""Regressions found by the schemathesis fuzz (tests/reliability/test_fuzz_api.py, bench/reliability/fuzz.py).
 
 Moved out of test_bad_input.py, which they shared a seeded service with (tests/api/seeded_service.py).
 """
@@ -14,7 +14,7 @@ from tests.conftest import error_of, make_settings, tone_wav
 
 
 
-# --- found by the schemathesis fuzz (tests/reliability/test_fuzz_api.py, bench/fuzz.py) -------------
+# --- found by the schemathesis fuzz (tests/reliability/test_fuzz_api.py, bench/reliability/fuzz.py) -------------
 #
 # Each of these answered 500 (or stored something that made later reads answer 500). The class of
 # bug: a value the core cannot hold got past the edge. The fixes: every integer is bounded by the
@@ -286,7 +286,7 @@ def test_a_form_still_sends_numbers_as_text(seeded):
 
 
 def test_confidence_over_only_empty_rankings_is_no_estimate(seeded):
-    """Regression (found by bench/fuzz.py): runs of empty rankings made the confidence divide by
+    """Regression (found by bench/reliability/fuzz.py): runs of empty rankings made the confidence divide by
     zero queries (500 on every later GET .../confidence)."""
     stored = seeded.post("/v1/collections/a/judgments/runs", json={"qid": "q", "runs": {"a": [], "b": []}})
     assert stored.status_code == 200, stored.text
@@ -299,7 +299,7 @@ def test_confidence_over_only_empty_rankings_is_no_estimate(seeded):
 
 
 def test_media_replaced_or_deleted_while_it_is_sent_still_arrives_whole(seeded, monkeypatch):
-    """Regression (found by bench/fuzz.py): FileResponse opened the stored file only after sending the
+    """Regression (found by bench/reliability/fuzz.py): FileResponse opened the stored file only after sending the
     headers, so a concurrent upsert or delete of the item broke the answer mid-way. The file is now
     open before the answer starts; removing it meanwhile changes nothing for this reader."""
     from app.api.routes import items as item_routes

@@ -215,7 +215,7 @@ def test_behind_a_proxy_prefix_the_rules_still_apply(tmp_path):
 
 
 def test_concurrent_key_changes_are_all_kept(tmp_path):
-    """Regression (found by the fuzz, bench/fuzz.py): two POST /v1/keys at once raced on the file's
+    """Regression (found by the fuzz, bench/reliability/fuzz.py): two POST /v1/keys at once raced on the file's
     temporary copy (500) or lost one of the new keys. Every create and revoke must land."""
     import multiprocessing
     from concurrent.futures import ThreadPoolExecutor

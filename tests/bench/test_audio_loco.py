@@ -1,4 +1,4 @@
-"""bench/audio_loco.py: leave-one-corpus-out rows measured on their own and merged into the report.
+"""bench/audio/loco.py: leave-one-corpus-out rows measured on their own and merged into the report.
 
 A tiny data folder and the tiny routed-fusion checkpoint of tests/encoders (no ../shared needed)."""
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from bench.audio_generalisation import baseline_system, main as bench_main, score, targets
-from bench.audio_loco import best_baseline, parse_loco, run_info
+from bench.audio.generalisation import baseline_system, main as bench_main, score, targets
+from bench.audio.loco import best_baseline, parse_loco, run_info
 from app.eval.audio_baselines import BASELINES
 from tests.encoders.test_routed_fusion import fused_dir  # noqa: F401 (fixture)
 
@@ -167,7 +167,7 @@ def test_loco_only_merges_its_rows_and_leaves_every_other_row(data: Path, loco_d
     run = after["loco_runs"]["loco: without fsdd"]
     assert run["checkpoint"] == str(loco_dir) and run["commands"][0].endswith("--without fsdd --out X")
     # the baselines stored with the row are the training-free ones, measured now on the same clips
-    from bench.audio_generalisation import evaluation_sets, load_clips
+    from bench.audio.generalisation import evaluation_sets, load_clips
 
     labels, paths = evaluation_sets(data)["fsdd_unseen_speakers"]
     direct = score(baseline_system(BASELINES["mfcc-levin"]), load_clips(paths), labels)["float"]
@@ -188,7 +188,7 @@ def test_loco_only_needs_loco(tmp_path: Path) -> None:
 
 
 def test_a_full_run_can_keep_the_previous_reports_loco_rows() -> None:
-    from bench.audio_loco import keep_loco_rows
+    from bench.audio.loco import keep_loco_rows
 
     previous = {"results": {"general-audio": {"x": 1}, "loco: without fsdd": {"fsdd_unseen_speakers": {"float": 0.6}},
                             "loco: without asc": {"asc_unseen_speakers": {"float": 0.2}}},

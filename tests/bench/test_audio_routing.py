@@ -1,4 +1,4 @@
-"""bench/audio_routing.py: the share of windows a router sends to the speech half, checked against the
+"""bench/audio/routing.py: the share of windows a router sends to the speech half, checked against the
 code the encoder actually writes (the tiny routed-fusion checkpoint of tests/encoders, a tiny data folder)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from app.encoders.registry import load_checkpoint_dir
 from app.training.synthesis.non_speech import VARIED_KINDS
-from bench.audio_routing import generated_sets, main, speech_share
+from bench.audio.routing import generated_sets, main, speech_share
 from tests.bench.test_audio_loco import data  # noqa: F401 (fixture)
 from tests.encoders.test_routed_fusion import fused_dir  # noqa: F401 (fixture)
 
@@ -45,7 +45,7 @@ def test_generated_sets_are_fresh_draws_of_every_kind() -> None:
 
 def test_the_bench_writes_each_systems_shares(data: Path, fused_dir: Path, tmp_path: Path,  # noqa: F811
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    import bench.audio_routing as routing
+    import bench.audio.routing as routing
 
     monkeypatch.setattr(routing, "PER_KIND", 2)
     out = tmp_path / "out"

@@ -1,11 +1,11 @@
-"""bench/float_offheap.py runs end to end on a tiny size: both float stores, the same answers, every field."""
+"""bench/index/float_offheap.py runs end to end on a tiny size: both float stores, the same answers, every field."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench.float_offheap import main
+from bench.index.float_offheap import main
 
 
 def test_float_offheap_bench_writes_json(tmp_path: Path) -> None:

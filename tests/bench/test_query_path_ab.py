@@ -1,10 +1,10 @@
-"""bench.query_path_ab's pure parts: variant parsing and the per-variant medians the report compares."""
+"""bench.service.query_path_ab's pure parts: variant parsing and the per-variant medians the report compares."""
 
 import argparse
 
 import pytest
 
-from bench.query_path_ab import CONCURRENCY, KEYS, medians, parse_variant
+from bench.service.query_path_ab import CONCURRENCY, KEYS, medians, parse_variant
 
 
 def test_variants_parse_with_and_without_the_plain_stack():
@@ -30,7 +30,7 @@ def test_medians_take_each_variant_over_its_own_rounds_only():
 
 
 def test_medians_include_the_text_phase_only_when_every_round_measured_it():
-    from bench.query_path_ab import TEXT
+    from bench.service.query_path_ab import TEXT
 
     with_text = [{**_round("a", 10, 5), TEXT: {**{k: 0.0 for k in KEYS}, "p50_ms": p50}} for p50 in (20.0, 30.0, 25.0)]
     assert medians(with_text, "a")[TEXT]["p50_ms"] == 25.0

@@ -1,8 +1,8 @@
-"""bench/audio_generalisation.py: which set counts as "unseen words", and issue 37's targets' arithmetic."""
+"""bench/audio/generalisation.py: which set counts as "unseen words", and issue 37's targets' arithmetic."""
 
 from __future__ import annotations
 
-from bench.audio_generalisation import targets
+from bench.audio.generalisation import targets
 
 SETS = ("asc_unseen_speakers", "asc_unseen_words", "fsdd_unseen_speakers", "fsdd_unseen_words", "esc_unseen_classes")
 

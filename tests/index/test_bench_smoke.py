@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.bench_index import main
+from bench.index.index import main
 
 
 def test_bench_index_writes_json(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from app.index import ivf as ivf_module
 from app.index.adaptive import ivf_path
 from app.index.exact import hamming_distances
 from app.index.kinds import IVF_MIN_WINDOWS, auto_nlist, default_nprobe
-from bench.index_kinds import clustered_codes, tie_tolerant_recall
+from bench.index.index_kinds import clustered_codes, tie_tolerant_recall
 
 BITS = 256
 
@@ -222,7 +222,7 @@ def test_a_failed_build_leaves_flat_answering(data, monkeypatch) -> None:
 
 
 def test_bench_runs_end_to_end_on_tiny_sizes(tmp_path) -> None:
-    from bench.index_kinds import main
+    from bench.index.index_kinds import main
 
     out = tmp_path / "kinds.json"
     result = main(["--sizes", "3000", "--bits", "256", "--queries", "20", "--no-hnsw", "--no-multihash", "--nprobe", "1", "64", "--out", str(out)])

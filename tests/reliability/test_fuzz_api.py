@@ -10,8 +10,8 @@ the item, delete it and read it again. Every response is checked by schemathesis
 code the route documents, the documented content type, a body matching the documented schema (the
 one error shape for every error), negative data refused, a deleted item gone, a created one there.
 
-The seeding (bench/fuzz_seed.py), hooks and excluded checks are bench/fuzz.py's, which runs the same for minutes
-(``python -m bench.fuzz --minutes 20``). Generation is derandomised and bounded, so a run is
+The seeding (bench/reliability/fuzz_seed.py), hooks and excluded checks are bench/reliability/fuzz.py's, which runs the same for minutes
+(``python -m bench.reliability.fuzz --minutes 20``). Generation is derandomised and bounded, so a run is
 repeatable and its cost fixed (about a minute on 2 cores); a failure prints the request that
 reproduces it, and each failure found so far has a regression test in tests/api/test_fuzz_regressions.py.
 """
@@ -31,8 +31,8 @@ import schemathesis
 from schemathesis.specs.openapi.checks import allow_header_conformance, negative_data_rejection, positive_data_acceptance
 
 from app.main import create_app
-from bench.fuzz import REPLACED, build_schema, fuzz_document
-from bench.fuzz_seed import KEY, seed, service_settings
+from bench.reliability.fuzz import REPLACED, build_schema, fuzz_document
+from bench.reliability.fuzz_seed import KEY, seed, service_settings
 from tests.live_server import live_server
 
 # examples per route and generation mode (positive, negative): ~25 routes x 2 modes x this
@@ -79,7 +79,7 @@ def _record(schema):
     return schema
 
 
-# Not run, by design: positive_data_acceptance (see bench/fuzz.py, EXCLUDED_CHECKS). Invalid
+# Not run, by design: positive_data_acceptance (see bench/reliability/fuzz.py, EXCLUDED_CHECKS). Invalid
 # requests must still be refused with a 4xx: negative_data_rejection runs, except on the cases
 # whose body was swapped for a known-valid one.
 EXCLUDED = [positive_data_acceptance]

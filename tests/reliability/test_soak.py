@@ -1,7 +1,7 @@
 """A short soak: 16 clients of mixed writes, deletes, searches and jobs against the real service
 (a uvicorn process on loopback); the service ends holding exactly what the clients' model says.
 
-Correctness only (bench/soak.py measures the long run and writes bench/results/soak.json): every
+Correctness only (bench/cluster/soak.py measures the long run and writes bench/results/soak.json): every
 acknowledged write present with its last version, every acknowledged delete absent, the index's
 segment count equal to the catalog's, no 5xx, no unexpected status, no file descriptor left open.
 """
@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from bench.soak import run_soak
+from bench.cluster.soak import run_soak
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def test_a_short_mixed_load_leaves_exactly_the_acknowledged_state(tmp_path):
 
 def test_the_comparison_catches_every_kind_of_divergence():
     """The model check itself: a lost write, a write nobody made, an old version, a deleted item back."""
-    from bench.soak import Run, compare
+    from bench.cluster.soak import Run, compare
 
     run = Run(deadline=0, max_requests=0)
     run.deleted = {"gone"}

@@ -10,7 +10,7 @@ from app.index.adaptive import ivf_path
 from app.index.exact import hamming_distances
 from app.storage.catalog import Catalog, Collection, NewItem
 from app.storage.index_store import CollectionIndex
-from bench.index_kinds import clustered_codes
+from bench.index.index_kinds import clustered_codes
 
 BITS, DIM = 256, 8
 

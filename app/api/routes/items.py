@@ -78,7 +78,7 @@ def read_item_media(name: str, item_id: str, services: ServicesDep) -> Streaming
     services.state(name)
     # The file is opened here, before the answer starts: an upsert or a delete of the item removes
     # it at any moment, and FileResponse opened it only after sending the headers (the fuzz saw the
-    # connection broken mid-answer, bench/fuzz.py). An open file stays readable after its unlink;
+    # connection broken mid-answer, bench/reliability/fuzz.py). An open file stays readable after its unlink;
     # a file replaced between reading the row and opening it is looked up once more.
     for attempt in range(2):
         item = services.catalog.get_item(name, item_id)

@@ -1,6 +1,6 @@
 """What `recall train general-audio` trains on: the corpora's training portions, synthetic and perturbed speech.
 
-The held-out speakers, words and classes (constants below) are what bench/audio_generalisation.py
+The held-out speakers, words and classes (constants below) are what bench/audio/generalisation.py
 scores on, so every manifest here leaves them out; ``without`` leaves a whole corpus out for the
 leave-one-corpus-out runs. Synthetic speech: espeak-ng's made-up words in 30 languages and English
 everyday words (app/training/synthesis/pseudowords.py, app/training/synthesis/speech.py) and English digits in
@@ -13,12 +13,12 @@ import argparse
 import csv
 from pathlib import Path
 
-# held out of every training step, scored by bench/audio_generalisation.py
+# held out of every training step, scored by bench/audio/generalisation.py
 ASC_HOLDOUT_SPEAKERS = ("00000001", "00000005", "00000006", "00000009", "00000011")
 ASC_HOLDOUT_WORDS = ("backward", "disable", "five", "next", "open", "right", "start", "up")
 FSDD_HOLDOUT_SPEAKERS = ("jackson", "nicolas")
 # digit words no step hears from anyone (real or synthetic): English words never trained on, said by
-# unseen speakers, are bench/audio_generalisation.py's "unseen words" when the speech branch
+# unseen speakers, are bench/audio/generalisation.py's "unseen words" when the speech branch
 # fine-tunes from a checkpoint that heard every Arabic keyword
 FSDD_HOLDOUT_WORDS = ("2", "5", "7", "9")
 SPEED_FACTORS = (0.85, 0.92, 1.08, 1.16)  # speed-perturbed copies of the real English speakers

@@ -23,7 +23,7 @@ router fitted again (app/training/general_audio/router_refit.py; general-audio v
 ``--speech-soup A,B,...`` trains nothing: one speech branch, the weight average of several fine-tunes
 (app/training/general_audio/speech_soup.py; general-audio version 5, whose chain is soup -> views -> router).
 
-What is held out (app/training/general_audio/data.py) is what bench/audio_generalisation.py scores on. ``--without
+What is held out (app/training/general_audio/data.py) is what bench/audio/generalisation.py scores on. ``--without
 asc|fsdd|esc`` trains the same recipe without one corpus, for the leave-one-corpus-out evaluation.
 """
 

@@ -8,7 +8,7 @@ voices (variant, pitch, speed). The label is language + spelling, so "the same w
 same pronunciation, and the model learns to compare sound sequences rather than recognise words.
 
 Arabic is left out on purpose, and so is every real keyword and digit of the evaluation data: the
-unseen-words and leave-one-corpus-out evaluations (bench/audio_generalisation.py) stay clean.
+unseen-words and leave-one-corpus-out evaluations (bench/audio/generalisation.py) stay clean.
 
     python -m app.training.synthesis.pseudowords --out .gpu/pseudo --words-per-language 40 --voices 6
 """

@@ -1,0 +1,1 @@
+"""Cluster mode (PostgreSQL + Ray): throughput, sizing, the soak."""

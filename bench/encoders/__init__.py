@@ -1,0 +1,1 @@
+"""Encoders on a device (CPU/CUDA parity) and bring-your-own ONNX encoders (overhead, post-hoc codes)."""

@@ -1,0 +1,1 @@
+"""Text-to-image: encoder cost, and the Minimal Test Collections demo."""

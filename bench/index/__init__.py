@@ -1,0 +1,1 @@
+"""Index benchmarks: flat and sublinear binary kinds, float re-rank, memory-mapped floats, memory bandwidth."""

@@ -1,0 +1,1 @@
+"""Fuzzing the API (schemathesis) against a seeded service."""
