@@ -5,7 +5,7 @@ Why: a text query's 24 MiniLM products (a dozen tokens each) are bound by readin
 arithmetic, so torch's own half products are slower than float32. This kernel reads half the
 bytes and widens four weight rows at a time to float32 in a small buffer that every token reads:
 MiniLM's 24 products for a 12-token sentence, isolated on one core of the quiet 2-core machine,
-took 6.1 ms against 9.0-9.6 ms for oneDNN's packed float32 (interleaved; app/encoders/minilm_lean.py
+took 6.1 ms against 9.0-9.6 ms for oneDNN's packed float32 (interleaved; app/encoders/image_text/minilm_lean.py
 has the whole-sentence and quality numbers). A weight rounds to half with a relative error of at
 most 2^-11.
 

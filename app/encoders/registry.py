@@ -23,11 +23,11 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 
 # family name -> "module:function" that loads a checkpoint of that family
 FAMILIES: dict[str, str] = {
-    "siamese-mlp": "app.encoders.siamese:load",
-    "attn-hash": "app.encoders.attn_hash:load",
-    "texture-mlp": "app.encoders.texture:load",
-    "image-text": "app.encoders.image_text:load",
-    "routed-fusion": "app.encoders.routed_fusion:load",
+    "siamese-mlp": "app.encoders.audio.siamese:load",
+    "attn-hash": "app.encoders.audio.attn_hash:load",
+    "texture-mlp": "app.encoders.audio.texture:load",
+    "image-text": "app.encoders.image_text.image_text:load",
+    "routed-fusion": "app.encoders.audio.routed_fusion:load",
 }
 
 

@@ -7,8 +7,8 @@ thread's Python: side by side, the halves took 4.3 and 4.7 ms for 1.6 and 3.5 ms
 traced module runs its whole graph in C++ with the GIL released, so the halves overlap for real:
 one window 6.3 -> 4.8 ms (bench/results/query_path.md). With many queries in flight, the model
 thread's GIL-free stretch also leaves the GIL to the threads doing HTTP and search (4 clients
-72 -> 100 queries/s). Used by every trained audio encoder (app/encoders/_trained_audio.py) and by
-the fused default's halves and their join (app/encoders/routed_fusion.py).
+72 -> 100 queries/s). Used by every trained audio encoder (app/encoders/audio/_trained_audio.py) and by
+the fused default's halves and their join (app/encoders/audio/routed_fusion.py).
 
 A trace records the operations one example ran, so it is only used where that is provably the
 same computation: the step's input length is fixed (an encoder's window), its Python branches

@@ -19,9 +19,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from app.encoders.audio_nets import fit_to_window
+from app.encoders.audio.audio_nets import fit_to_window
 # the per-window numerics live with the encoder that reuses them (general-audio's MFCC view)
-from app.encoders.levin_mfcc import (N_CEPS, N_MELS, SEGMENTS, VOICED_FLOOR_DB, dct_ii,  # noqa: F401 (re-exported)
+from app.encoders.audio.levin_mfcc import (N_CEPS, N_MELS, SEGMENTS, VOICED_FLOOR_DB, dct_ii,  # noqa: F401 (re-exported)
                                      segment_means, voiced_span)
 from app.features.logmel import LogMel
 

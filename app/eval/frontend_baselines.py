@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from app.encoders.audio_nets import fit_to_window
+from app.encoders.audio.audio_nets import fit_to_window
 
 SAMPLE_RATE = 16000
 BATCH = 32

@@ -22,9 +22,9 @@ Pass many queries in one ``search`` call when they arrive together: a batch shar
 See :mod:`app.index.base` for the interface.
 """
 
-from app.index._hamming_kernels import warm_up as _warm_up_shared
-from app.index._hamming_select import warm_up as _warm_up_select
-from app.index._hamming_single import warm_up as _warm_up_single
+from app.index.hamming.shared_scan import warm_up as _warm_up_shared
+from app.index.hamming.select import warm_up as _warm_up_select
+from app.index.hamming.single import warm_up as _warm_up_single
 from app.index.adaptive import AdaptiveBinaryIndex
 from app.index.base import PAD_ID, DuplicateIdError, SnapshotError, VectorIndex
 from app.index.binary_index import HAMMING_PAD, BinaryIndex

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from app.index._hamming import knn_hamming
+from app.index.hamming.topk import knn_hamming
 from app.index._sharded import ShardedIndex
 from app.index._validate import as_rows
 

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     specs = discover()
-    from app.encoders import routed_fusion
+    from app.encoders.audio import routed_fusion
 
     encoders = {name: create_encoder(name, specs) for name in args.encoders.split(",")}
     served = routed_fusion.SIDE_THREAD_MAX_WINDOWS

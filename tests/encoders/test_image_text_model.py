@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.encoders.image_text_model import (
+from app.encoders.image_text.model import (
     ImageTower,
     RelevanceHead,
     TextTower,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from app.encoders.text_features import CachedFeatures, TfidfFeatures, features_from_config, tokenise
+from app.encoders.image_text.text_features import CachedFeatures, TfidfFeatures, features_from_config, tokenise
 
 SENTENCES = [
     "A red circle on the left",

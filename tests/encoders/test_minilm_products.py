@@ -9,8 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from app.encoders import half_weights, minilm_lean
-from app.encoders.minilm_lean import _Product
+from app.encoders import half_weights
+
+from app.encoders.image_text import minilm_lean
+from app.encoders.image_text.minilm_lean import _Product
 
 
 def _weights(out_features: int = 48, in_features: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

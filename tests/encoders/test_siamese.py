@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.encoders import siamese
+from app.encoders.audio import siamese
 from app.encoders.base import check_embeddings
 from app.encoders.checkpoint import CheckpointError, save_checkpoint
 from app.training.audio.train import TrainConfig, build_model, model_config

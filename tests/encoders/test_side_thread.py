@@ -56,7 +56,7 @@ def test_an_error_beside_propagates():
 def test_general_audio_gives_the_same_embeddings_with_and_without_the_side_thread(two_cores, monkeypatch):
     import numpy as np
 
-    from app.encoders import routed_fusion
+    from app.encoders.audio import routed_fusion
     from app.encoders.registry import discover
 
     encoder = discover()["general-audio"].factory()
@@ -107,7 +107,7 @@ def test_the_second_core_is_spare_only_while_at_most_one_request_is_in_flight(tw
 def test_general_audio_keeps_to_one_thread_while_other_requests_are_in_flight(two_cores, monkeypatch):
     import numpy as np
 
-    from app.encoders import routed_fusion
+    from app.encoders.audio import routed_fusion
     from app.encoders.registry import discover
     from app.encoders.side_thread import in_flight
 

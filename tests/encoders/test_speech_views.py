@@ -1,4 +1,4 @@
-"""Speech views of general-audio version 3 (app/encoders/speech_views.py): numerics against brute-force numpy,
+"""Speech views of general-audio version 3 (app/encoders/audio/speech_views.py): numerics against brute-force numpy,
 the fused checkpoint's round trip, refused configs, and checkpoints without views answering as before."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import torch
 
 from app.encoders.base import l2_normalise
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
-from app.encoders.levin_mfcc import MFCC_DIM, downsampled_mfcc, levin_mfcc_batch, levin_mfcc_frames
+from app.encoders.audio.levin_mfcc import MFCC_DIM, downsampled_mfcc, levin_mfcc_batch, levin_mfcc_frames
 from app.encoders.registry import load_checkpoint_dir
-from app.encoders.routed_fusion import fuse
-from app.encoders.speech_views import (PREFIX, SpeechViews, fit_standardisation, fit_whitening, fitted_views,
+from app.encoders.audio.routed_fusion import fuse
+from app.encoders.audio.speech_views import (PREFIX, SpeechViews, fit_standardisation, fit_whitening, fitted_views,
                                        random_projection)
 from app.eval.audio_baselines import mfcc_levin
 from tests.encoders.test_routed_fusion import SOUND_BITS, SPEECH_BITS, _waves, fused_dir  # noqa: F401 (fixture)

@@ -180,7 +180,7 @@ def test_shared_scan_kernel_matches_exact_across_blocks(rng: np.random.Generator
     # Small blocks put block boundaries and ragged tails inside small data; clustered codes
     # make distances tie often, also exactly at the k-th best. 256 bits takes the kernel's
     # four-word path, the other widths the generic one.
-    from app.index._hamming_kernels import knn_hamming_shared
+    from app.index.hamming.shared_scan import knn_hamming_shared
 
     codes = clustered_codes(rng, 2500, bits, centres=5)
     queries = np.concatenate([codes[:4], random_codes(rng, 5, bits)])
@@ -190,7 +190,7 @@ def test_shared_scan_kernel_matches_exact_across_blocks(rng: np.random.Generator
 
 def test_shared_scan_distances_equal_a_bit_count(rng: np.random.Generator) -> None:
     # Hand-checkable reference: numpy's unpackbits count of the XOR, row by row.
-    from app.index._hamming_kernels import knn_hamming_shared
+    from app.index.hamming.shared_scan import knn_hamming_shared
 
     codes = random_codes(rng, 50, 256)
     queries = random_codes(rng, 3, 256)
@@ -202,7 +202,7 @@ def test_shared_scan_distances_equal_a_bit_count(rng: np.random.Generator) -> No
 
 
 def test_shared_scan_accepts_non_contiguous_database(rng: np.random.Generator) -> None:
-    from app.index._hamming_kernels import knn_hamming_shared
+    from app.index.hamming.shared_scan import knn_hamming_shared
 
     wide = random_codes(rng, 600, 256)
     codes = wide[::2]  # strided rows: the kernel must not address them as a packed block
@@ -212,7 +212,7 @@ def test_shared_scan_accepts_non_contiguous_database(rng: np.random.Generator) -
 
 
 def test_shared_scan_rejects_partial_words(rng: np.random.Generator) -> None:
-    from app.index._hamming_kernels import knn_hamming_shared
+    from app.index.hamming.shared_scan import knn_hamming_shared
 
     with pytest.raises(ValueError, match="64-bit words"):
         knn_hamming_shared(random_codes(rng, 3, 24), random_codes(rng, 10, 24), 2)
@@ -221,7 +221,7 @@ def test_shared_scan_rejects_partial_words(rng: np.random.Generator) -> None:
 @pytest.mark.parametrize("nq", [1, 2, 3, 4, 16])
 def test_every_batch_size_matches_exact(rng: np.random.Generator, nq: int) -> None:
     # Whichever kernel a batch size picks (heap below BATCHED_MIN_QUERIES, shared scan above).
-    from app.index._hamming import knn_hamming
+    from app.index.hamming.topk import knn_hamming
 
     codes = clustered_codes(rng, 3000, 256, centres=6)
     queries = np.concatenate([codes[:nq // 2], random_codes(rng, nq - nq // 2, 256)])
@@ -230,7 +230,7 @@ def test_every_batch_size_matches_exact(rng: np.random.Generator, nq: int) -> No
 
 
 def test_kernel_choice_does_not_change_results(rng: np.random.Generator) -> None:
-    from app.index._hamming import knn_hamming, knn_hamming_heap
+    from app.index.hamming.topk import knn_hamming, knn_hamming_heap
 
     codes = random_codes(rng, 5000, 256)
     queries = random_codes(rng, 12, 256)
@@ -240,7 +240,7 @@ def test_kernel_choice_does_not_change_results(rng: np.random.Generator) -> None
 
 
 def test_shared_scan_kernel_pads_when_k_exceeds_rows(rng: np.random.Generator) -> None:
-    from app.index._hamming_kernels import knn_hamming_shared
+    from app.index.hamming.shared_scan import knn_hamming_shared
 
     codes = random_codes(rng, 7, 64)
     queries = random_codes(rng, 6, 64)
@@ -250,7 +250,7 @@ def test_shared_scan_kernel_pads_when_k_exceeds_rows(rng: np.random.Generator) -
 
 
 def test_large_query_batches_are_split_into_passes(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
-    import app.index._hamming as kernels
+    import app.index.hamming.topk as kernels
 
     monkeypatch.setattr(kernels, "MAX_BATCH_QUERIES", 4)
     codes = random_codes(rng, 900, 64)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.index._hamming import SINGLE_MAX_K, knn_hamming
-from app.index._hamming_select import knn_hamming_select
+from app.index.hamming.topk import SINGLE_MAX_K, knn_hamming
+from app.index.hamming.select import knn_hamming_select
 from tests.index.conftest import clustered_codes, random_codes
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from app.index import HAMMING_PAD, exact
-from app.index._hamming_single import knn_hamming_single, supports
+from app.index.hamming.single import knn_hamming_single, supports
 from tests.index.conftest import assert_knn_consistent, clustered_codes, random_codes
 
 
@@ -69,8 +69,8 @@ def test_widths_it_does_not_take_are_refused(rng: np.random.Generator) -> None:
 def test_a_kernel_that_cannot_compile_falls_back_to_faiss(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
     from numba.core.errors import LoweringError
 
-    import app.index._hamming as hamming
-    import app.index._hamming_single as single
+    import app.index.hamming.topk as hamming
+    import app.index.hamming.single as single
 
     def broken(*args, **kwargs):
         raise LoweringError("intrinsic refused by this LLVM")

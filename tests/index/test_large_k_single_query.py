@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.index._hamming import SINGLE_MAX_K, knn_hamming
+from app.index.hamming.topk import SINGLE_MAX_K, knn_hamming
 
 
 @pytest.mark.parametrize("k", [SINGLE_MAX_K, SINGLE_MAX_K + 1, 1500])

@@ -1,6 +1,6 @@
 """The front-end view (round 3 of issue 37, `general-audio-broad`): `recall train general-audio --views-from V6
 --frontend-bits B` keeps the frozen speech_embedding frames' centred mean beside the head, and the encoder answers
-as app/encoders/speech_views.py documents, checked by hand with numpy on a tiny version-6-like checkpoint."""
+as app/encoders/audio/speech_views.py documents, checked by hand with numpy on a tiny version-6-like checkpoint."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config
 from app.encoders.registry import load_checkpoint_dir
-from app.encoders.speech_views import PREFIX, random_projection
+from app.encoders.audio.speech_views import PREFIX, random_projection
 from app.training.general_audio import recipe as general_audio
 from app.training.audio.data import Record, load_waves
 from app.training.general_audio.speech_views_fit import fit_paths, window_batches

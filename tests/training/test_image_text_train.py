@@ -10,9 +10,9 @@ import torch
 
 from app.encoders import registry
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from app.encoders.image_text import build, load
-from app.encoders.image_text_model import ImageTextModel, head_loss, ranking_loss, to_tensor
-from app.encoders.text_features import TfidfFeatures
+from app.encoders.image_text.image_text import build, load
+from app.encoders.image_text.model import ImageTextModel, head_loss, ranking_loss, to_tensor
+from app.encoders.image_text.text_features import TfidfFeatures
 from app.training.image_text.train import TrainConfig, train
 from app.training.synthesis.images import COLOURS
 

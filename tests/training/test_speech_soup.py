@@ -39,7 +39,7 @@ def test_average_states_refuses_different_tensors() -> None:
 
 
 def test_hash_norm_statistics_are_those_of_the_batches_seen_in_eval_mode() -> None:
-    from app.encoders.audio_nets import AttnHashNet
+    from app.encoders.audio.audio_nets import AttnHashNet
 
     torch.manual_seed(0)
     net = AttnHashNet(n_in=5, hidden=4, d_a=3, heads=2, bits=8, hash_norm=True, dropout=0.5)

@@ -13,8 +13,8 @@ import torch
 
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config
 from app.encoders.registry import load_checkpoint_dir
-from app.encoders.levin_mfcc import downsampled_mfcc
-from app.encoders.speech_views import PREFIX, fit_standardisation, fit_whitening
+from app.encoders.audio.levin_mfcc import downsampled_mfcc
+from app.encoders.audio.speech_views import PREFIX, fit_standardisation, fit_whitening
 from app.training.general_audio.recipe import main as general_audio_main
 from app.training.general_audio.speech_views_fit import fit_paths, window_batches
 from tests.encoders.test_routed_fusion import fused_dir  # noqa: F401 (fixture)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from app.encoders.registry import load_checkpoint_dir
-from app.encoders.texture import TextureNet
+from app.encoders.audio.texture import TextureNet
 from app.training.synthesis.non_speech import varied_non_speech
 from app.training.audio.texture_fit import fit_texture_net, HeadTraining
 from app.training.general_audio.unlabelled_sounds import WHITEN_DIM, fit_whitening_only

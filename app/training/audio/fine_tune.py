@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from app.encoders._trained_audio import build_parts
+from app.encoders.audio._trained_audio import build_parts
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
 
 # Architecture and frontend keys that must be equal: they decide what the weights mean. Dropout is

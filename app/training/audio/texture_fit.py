@@ -1,4 +1,4 @@
-"""Fitting a :class:`~app.encoders.texture.TextureNet` to training-window statistics.
+"""Fitting a :class:`~app.encoders.audio.texture.TextureNet` to training-window statistics.
 
 Three steps, all closed-form or a few hundred small optimiser steps (seconds on a CPU):
 whitening from the covariance of the statistics, the metric head with a normalised-softmax
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from app.encoders.texture import TextureNet
+from app.encoders.audio.texture import TextureNet
 
 
 @dataclass(frozen=True)

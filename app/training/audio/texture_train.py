@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from app.encoders.checkpoint import save_checkpoint
-from app.encoders.texture import FAMILY, TextureNet
+from app.encoders.audio.texture import FAMILY, TextureNet
 from app.features.spectrogram import build_features
 from app.features.texture import TextureStats
 from app.features.windows import cut_windows

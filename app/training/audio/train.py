@@ -18,8 +18,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from app.encoders import attn_hash, siamese
-from app.encoders._trained_audio import build_parts
+from app.encoders.audio import attn_hash
+
+from app.encoders.audio import siamese
+from app.encoders.audio._trained_audio import build_parts
 from app.encoders.checkpoint import save_checkpoint
 from app.training.audio.data import Record, load_waves, read_manifest, read_pack, split_records, with_extra_training
 from app.training.audio.augment import CHANNEL_AUGMENT, AugmentConfig, eval_window, training_window

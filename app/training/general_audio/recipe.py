@@ -14,7 +14,7 @@ Steps (each skipped when its output already exists in ``--work``, so a stopped r
 4. the router (app/training/general_audio/router_fit.py) is fitted on windows of the training speech against
    the training sounds and generated non-speech (``--router-negatives varied``: nine more kinds,
    app/training/synthesis/non_speech.py);
-5. the three are written as one ``routed-fusion`` checkpoint (app/encoders/routed_fusion.py).
+5. the three are written as one ``routed-fusion`` checkpoint (app/encoders/audio/routed_fusion.py).
 
 ``--views-from DIR --whiten-eps E --mfcc-bits B`` trains nothing: it takes DIR's branches and router and
 adds the training-free speech views (app/training/general_audio/speech_views_fit.py; general-audio version 3).

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from app.encoders.audio_nets import fit_to_window
+from app.encoders.audio.audio_nets import fit_to_window
 from app.encoders.checkpoint import save_checkpoint
-from app.encoders.routed_fusion import BRANCHES, FAMILY, Router
+from app.encoders.audio.routed_fusion import BRANCHES, FAMILY, Router
 from app.features.windows import cut_windows
 
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
-from app.encoders.speech_views import PREFIX as VIEWS_PREFIX
+from app.encoders.audio.speech_views import PREFIX as VIEWS_PREFIX
 from app.training.general_audio.router_fit import copy_branch, fit_router, texture_statistics
 
 RouterWindows = Callable[[str | None], tuple[list[np.ndarray], list[np.ndarray]]]

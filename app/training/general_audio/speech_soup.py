@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
-from app.encoders.routed_fusion import FAMILY
+from app.encoders.audio.routed_fusion import FAMILY
 from app.training.general_audio.router_fit import copy_branch
 
 

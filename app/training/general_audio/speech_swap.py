@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from app.encoders.checkpoint import load_checkpoint, read_config
-from app.encoders.routed_fusion import Router
-from app.encoders.speech_views import PREFIX as VIEWS_PREFIX
+from app.encoders.audio.routed_fusion import Router
+from app.encoders.audio.speech_views import PREFIX as VIEWS_PREFIX
 from app.training.general_audio.data import ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS, FSDD_HOLDOUT_WORDS
 from app.training.general_audio.posthoc import _config_update
 from app.training.general_audio.router_fit import assemble

@@ -1,4 +1,4 @@
-"""Fit general-audio's training-free speech views (app/encoders/speech_views.py) on an existing
+"""Fit general-audio's training-free speech views (app/encoders/audio/speech_views.py) on an existing
 ``routed-fusion`` checkpoint and write a new checkpoint with the same branches and router.
 
     recall train general-audio --data ../shared/data --views-from app/assets/models/general-audio@2 \\
@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from app.encoders.audio_nets import fit_to_window
+from app.encoders.audio.audio_nets import fit_to_window
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
-from app.encoders.levin_mfcc import MFCC_DIM, N_MELS, downsampled_mfcc
-from app.encoders.speech_views import PREFIX, fitted_views
+from app.encoders.audio.levin_mfcc import MFCC_DIM, N_MELS, downsampled_mfcc
+from app.encoders.audio.speech_views import PREFIX, fitted_views
 from app.features.logmel import LogMel
 from app.training.general_audio.router_fit import copy_branch
 

@@ -1,7 +1,7 @@
 """general-audio's sounds branch when the recipe has no labelled sounds (``--without esc``).
 
 A texture model is two learned maps on fixed statistics: an unsupervised whitening and a metric head
-trained on sound classes (app/encoders/texture.py). Without ESC-50 there are no sound classes, and
+trained on sound classes (app/encoders/audio/texture.py). Without ESC-50 there are no sound classes, and
 the first recipe trained the head on spoken English words instead: on the unseen ESC-50 classes that
 head alone scored 0.48 MAP and pulled the branch under the log-mel baseline (reports/audio/README.md).
 So, with ``--sounds-without-labels whiten``, the branch keeps only what needs no labels: a whitening of
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from app.encoders.checkpoint import save_checkpoint
-from app.encoders.texture import FAMILY, TextureNet
+from app.encoders.audio.texture import FAMILY, TextureNet
 from app.features.spectrogram import build_features
 from app.training.audio.texture_fit import fit_whitening, random_rotation
 from app.training.audio.texture_train import TextureTrainConfig, window_stats

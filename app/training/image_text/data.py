@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image
 
-from app.encoders.image_text_model import CROP, RESIZE
+from app.encoders.image_text.model import CROP, RESIZE
 from app.training.synthesis.images import IRRELEVANT, RELEVANT_PLUS, Scene, caption_relevance, render
 
 

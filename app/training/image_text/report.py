@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from app.encoders.image_text import ImageTextEncoder, load
-from app.encoders.image_text_model import prepare, to_tensor
-from app.encoders.text_features import tokenise
+from app.encoders.image_text.image_text import ImageTextEncoder, load
+from app.encoders.image_text.model import prepare, to_tensor
+from app.encoders.image_text.text_features import tokenise
 from app.eval.metrics import aggregate, evaluate
 from app.eval.significance import paired_randomization_test, wilcoxon_test
 from app.training.image_text.data import load_photo, read_records

@@ -19,9 +19,9 @@ from pydantic import BaseModel, Field
 from tqdm import tqdm
 
 from app.encoders.checkpoint import save_checkpoint
-from app.encoders.image_text import FAMILY
-from app.encoders.image_text_model import ImageTextModel, head_loss, ranking_loss, to_tensor
-from app.encoders.text_features import CachedFeatures, MiniLMFeatures, TextFeatures, TfidfFeatures
+from app.encoders.image_text.image_text import FAMILY
+from app.encoders.image_text.model import ImageTextModel, head_loss, ranking_loss, to_tensor
+from app.encoders.image_text.text_features import CachedFeatures, MiniLMFeatures, TextFeatures, TfidfFeatures
 from app.training.image_text.data import BatchSampler, Photo, colour_pca, load_photo, read_records, split_records
 from app.training.synthesis.images import Scene, generate_scenes, render
 
@@ -77,7 +77,7 @@ def _retrieval_metrics(text: np.ndarray, image: np.ndarray, head_scores: np.ndar
 
 def evaluate_scenes(model: ImageTextModel, scenes: list[Scene], features: CachedFeatures, device: str) -> dict[str, float]:
     """Validation on generated scenes: first caption of each scene against all scene images."""
-    from app.encoders.image_text_model import prepare
+    from app.encoders.image_text.model import prepare
 
     model.eval()
     with torch.inference_mode():

@@ -48,7 +48,7 @@ class MiniLMFeatures:
         self.device = device
         self.batch_size = batch_size
         self._model: Any = None
-        self._lean: Any = None  # app.encoders.minilm_lean.LeanMiniLM, built on the first query
+        self._lean: Any = None  # app.encoders.image_text.minilm_lean.LeanMiniLM, built on the first query
         self._lock = threading.Lock()  # the service may call from its worker thread and a test thread
 
     def _load(self) -> Any:
@@ -72,7 +72,7 @@ class MiniLMFeatures:
         return np.asarray(vectors, dtype=np.float32)
 
     def _direct(self, model: Any, texts: list[str]) -> np.ndarray:
-        """A few sentences (a search's query) through app/encoders/minilm_lean.py's forward.
+        """A few sentences (a search's query) through app/encoders/image_text/minilm_lean.py's forward.
 
         Why: ``encode`` sorts, batches, checks modalities and converts for any batch size, and the
         library's module tree costs more than the arithmetic for a dozen tokens; the lean forward
@@ -80,7 +80,7 @@ class MiniLMFeatures:
         ``encode`` to ~1e-4 (tests/encoders/test_minilm_query_path.py).
         """
         if self._lean is None:
-            from app.encoders.minilm_lean import LeanMiniLM
+            from app.encoders.image_text.minilm_lean import LeanMiniLM
 
             self._lean = LeanMiniLM(model)
         return self._lean(texts).cpu().numpy().astype(np.float32, copy=False)

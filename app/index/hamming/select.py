@@ -9,7 +9,7 @@ nearest can be found without any ordering work: one pass computes every row's di
 histogram of them, the histogram's running sum says where each distance's rows start in the
 answer, and a second pass over the (cache-resident) distances drops each row into its slot. The
 cost is two linear passes whatever k is: 0.22-0.34 ms for that shard at any k, measured
-(bench notes in app/index/_hamming.py).
+(bench notes in app/index/hamming/topk.py).
 
 Exact; rows at equal distance come in row order (the earlier row wins at the k-th distance), as in
 the other kernels.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from app.index._hamming_kernels import INT32_MAX, _popcount64, per_query
+from app.index.hamming.shared_scan import INT32_MAX, _popcount64, per_query
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

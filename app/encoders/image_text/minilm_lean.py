@@ -8,7 +8,7 @@ and value fused into one matrix product per layer (the three products share thei
 module tree; given the same (half-rounded, below) weights its vectors agree with
 ``SentenceTransformer.encode`` to float rounding, and with the float32 model to ~1e-4
 (tests/encoders/test_minilm_query_path.py). Batches larger than a query's go through the library
-(app/encoders/text_features.py decides).
+(app/encoders/image_text/text_features.py decides).
 
 On CPU each product keeps its weight in half precision and runs app/encoders/half_weights.py's
 kernel (``_Product``): for a 10-token sentence the 24 products are ~85% of the forward, and they

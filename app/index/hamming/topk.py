@@ -1,12 +1,12 @@
 """Exact Hamming top-k on packed codes: picks the kernel by batch size.
 
-* one query of 64 to 512 bits: ``_hamming_single.knn_hamming_single``, explicit 512-bit vector
+* one query of 64 to 512 bits: ``single.knn_hamming_single``, explicit 512-bit vector
   code (four vectors of codes per step, one vector popcount each, a bit mask of the rows that
   may enter the top-k). Codes that fit the last-level cache (10^6 x 128 bits = 16 MB) are
   scanned ~2-3x faster than by FAISS' heap scan; arrays streamed from memory run at the same
   memory-bound speed as before (5e6 x 256 bits: 5.4 vs 5.6 ms on one core).
 * one to three queries with k above ``SINGLE_MAX_K`` (a two-stage shortlist):
-  ``_hamming_select.knn_hamming_select``, two counting passes whatever k is. One shard of
+  ``select.knn_hamming_select``, two counting passes whatever k is. One shard of
   5 x 10^4 codes, one core, best of 30: 128 bits, k 400 / 1000 / 4000: 0.22 / 0.22 / 0.27 ms
   against FAISS' 0.28 / 0.55 / 1.81; 512 bits, k 400 / 4000: 0.34 / 0.29 against 0.30 / 1.66. A shard of
   2.5 x 10^6 x 256 bits (half of the 5M index), k 300 / 400 / 1000 / 4000, medians of 7 on a busy machine:
@@ -16,7 +16,7 @@
   core it runs at memory bandwidth.
 * four or more queries ("shared scan"): the heap scan is compute-bound at ~1 ns per
   (query, code) pair, so 16 queries would cost almost 16 scans.
-  ``_hamming_kernels.knn_hamming_shared`` reads each code once and compares it with every
+  ``shared_scan.knn_hamming_shared`` reads each code once and compares it with every
   query in vector registers.
 
 Measured on 5e6 x 256-bit codes, 2 shards, medians of interleaved calls (ms), noisy machine:
@@ -32,10 +32,10 @@ import faiss
 import numpy as np
 from numba.core.errors import NumbaError
 
-from app.index._hamming_kernels import knn_hamming_shared
-from app.index._hamming_select import knn_hamming_select
-from app.index._hamming_single import disable as disable_single
-from app.index._hamming_single import knn_hamming_single, supports
+from app.index.hamming.shared_scan import knn_hamming_shared
+from app.index.hamming.select import knn_hamming_select
+from app.index.hamming.single import disable as disable_single
+from app.index.hamming.single import knn_hamming_single, supports
 
 # From this many queries on, the shared scan beats the heap scan (see above).
 BATCHED_MIN_QUERIES = 4

@@ -29,7 +29,7 @@ from numba.core import cgutils
 from numba.core.errors import NumbaError
 from numba.extending import intrinsic
 
-from app.index._hamming_kernels import INT32_MAX, _insert, _popcount64, per_query
+from app.index.hamming.shared_scan import INT32_MAX, _insert, _popcount64, per_query
 
 LANES = 8  # 64-bit words per vector register (512 bits)
 VECTORS_PER_STEP = 4  # vectors loaded per step: enough independent work to hide latencies

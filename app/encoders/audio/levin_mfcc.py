@@ -1,5 +1,5 @@
 """Levin et al. (2013) style downsampled MFCC of one window: the numerics shared by the training-free
-baseline (app/eval/audio_baselines.py) and general-audio's MFCC view (app/encoders/speech_views.py), so
+baseline (app/eval/audio_baselines.py) and general-audio's MFCC view (app/encoders/audio/speech_views.py), so
 the view is exactly the baseline before its per-set standardisation.
 
 13 cepstra of 40 natural-log mel bands, the window's voiced span kept (frames within 30 dB of its loudest

@@ -17,8 +17,8 @@ import torch
 
 from app.encoders.base import Embeddings, Encoder, check_embeddings, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
-from app.encoders.image_text_model import ImageTextModel, prepare, to_tensor
-from app.encoders.text_features import TextFeatures, features_from_config
+from app.encoders.image_text.model import ImageTextModel, prepare, to_tensor
+from app.encoders.image_text.text_features import TextFeatures, features_from_config
 
 FAMILY = "image-text"
 

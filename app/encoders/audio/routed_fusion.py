@@ -22,7 +22,7 @@ resampled with soxr, as training resampled its clips.
 A checkpoint directory holds ``config.json`` and ``weights.safetensors`` (the router) and one
 sub-directory per branch (``speech/``, ``sounds/``), each an ordinary checkpoint of its family.
 
-Version 3 adds optional training-free views to the speech half (app/encoders/speech_views.py): a
+Version 3 adds optional training-free views to the speech half (app/encoders/audio/speech_views.py): a
 whitening of the speech float and a downsampled-MFCC part with its own bits, which ride in the sounds
 half of the code that a speech window leaves empty (``fuse``). They are on only when
 the config has ``speech_views``; their buffers sit in the same weights file under ``views.``, loaded
@@ -37,12 +37,12 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from app.encoders._trained_audio import example_windows, take_audio_config
-from app.encoders.audio_nets import fit_to_window
+from app.encoders.audio._trained_audio import example_windows, take_audio_config
+from app.encoders.audio.audio_nets import fit_to_window
 from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
 from app.encoders.side_thread import run_beside, spare_core
-from app.encoders.speech_views import PREFIX as VIEWS_PREFIX, SpeechViews, views_from_config
+from app.encoders.audio.speech_views import PREFIX as VIEWS_PREFIX, SpeechViews, views_from_config
 from app.encoders.traced import CpuTraces, Step, trace_step
 
 FAMILY = "routed-fusion"

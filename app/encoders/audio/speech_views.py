@@ -1,6 +1,6 @@
 """Training-free views added to the speech half of a ``routed-fusion`` encoder (general-audio version 3).
 
-Why: the trained speech branch and the Levin-style downsampled MFCC (app/encoders/levin_mfcc.py, the
+Why: the trained speech branch and the Levin-style downsampled MFCC (app/encoders/audio/levin_mfcc.py, the
 baseline's numerics)
 make different errors on English digits by unseen speakers, so a weighted direct sum of the two
 finds more than either; and the branch's float embedding has a few dominant directions (speaker,
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from app.encoders.levin_mfcc import MFCC_DIM, N_MELS, SAMPLE_RATE as MFCC_RATE, downsampled_mfcc, levin_mfcc_batch
+from app.encoders.audio.levin_mfcc import MFCC_DIM, N_MELS, SAMPLE_RATE as MFCC_RATE, downsampled_mfcc, levin_mfcc_batch
 from app.features.logmel import LogMel
 
 PREFIX = "views."

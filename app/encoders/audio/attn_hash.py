@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from app.encoders._trained_audio import TrainedAudioEncoder, load_trained
-from app.encoders.audio_nets import AttnHashNet
+from app.encoders.audio._trained_audio import TrainedAudioEncoder, load_trained
+from app.encoders.audio.audio_nets import AttnHashNet
 
 FAMILY = "attn-hash"
 

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from app.encoders._trained_audio import TrainedAudioEncoder, load_trained
+from app.encoders.audio._trained_audio import TrainedAudioEncoder, load_trained
 
 FAMILY = "texture-mlp"
 
