@@ -62,6 +62,8 @@ class IndexPublic(BaseModel):
     last_error: str | None = Field(None, description="why the last IVF build failed (flat kept answering)")
     floats: str = Field("memory", description="where the float vectors live: memory or mmap, as created")
     float_file_bytes: int | None = Field(None, description="bytes of the memory-mapped float files (floats mmap; not in memory_bytes)")
+    setting: IndexConfig | None = Field(None, description="the `index` setting as the collection was created (nlist and "
+                                        "nprobe null where they were left to the service): what `recall reembed` copies")
 
 
 class CollectionCreate(BaseModel):

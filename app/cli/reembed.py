@@ -2,7 +2,7 @@
 
 A collection keeps the checkpoint version that built it (``encoder_version``), so upgrading the
 service never mixes codes of two checkpoints in one index. To move a collection to a newer
-checkpoint, this command creates ``TARGET`` with the same modality, window, hop and index kinds
+checkpoint, this command creates ``TARGET`` with the same modality, window, hop, index kinds and index setting
 (and the encoder named by ``--encoder``, else the service's default), then re-ingests every item
 of ``SOURCE`` from its stored original, with the same id and metadata. It talks to a running
 service over HTTP, so the service keeps answering from ``SOURCE`` meanwhile; delete ``SOURCE``
@@ -29,6 +29,9 @@ def reembed(client: Any, source: str, target: str, encoder: str | None = None, p
     info = client.get_collection(source)
     options = {key: info[key] for key in COPIED_OPTIONS if info.get(key) is not None}
     options["keep_media"] = True
+    setting = (info.get("index") or {}).get("setting")
+    if setting:  # the index kind, IVF shape and float storage as created (a service before 2026-11-27 does not say)
+        options["index"] = setting
     if encoder:
         options["encoder"] = encoder
     try:

@@ -67,7 +67,8 @@ def _describe_index(state: CollectionState) -> dict[str, Any]:
     found = describe() if describe is not None else None
     if found is None:  # a float-only collection (no binary index), or cluster shards (each answers for itself)
         found = {**state.collection.index_spec.to_json(), "answering": None}
-    return found
+    # the setting as created, apart from the shape the index has now (an automatic nlist grows): what reembed copies
+    return {**found, "setting": state.collection.index_spec.to_json()}
 
 
 class Services:
