@@ -32,6 +32,12 @@ def _scrape_gauges(services: Services) -> Any:
         yield gauge("recall_collection_items", "Items per collection", "collection", {n: s[0] for n, s in sizes.items()})
         yield gauge("recall_collection_segments", "Segments per collection", "collection", {n: s[1] for n, s in sizes.items()})
         yield gauge("recall_queue_depth", "Inputs waiting per batcher", "batcher", services.encoders.queue_depths())
+        # the image-text encoder keeps recent query embeddings (a repeated or re-ranked query skips MiniLM): its hit rate
+        cached = {name: e for name, e in services.encoders.encoders.items() if hasattr(e, "text_cache_hits")}
+        yield gauge("recall_text_cache_hits", "Text queries answered from the encoder's embedding cache", "encoder",
+                    {name: e.text_cache_hits for name, e in cached.items()})
+        yield gauge("recall_text_cache_misses", "Text queries embedded by the text tower", "encoder",
+                    {name: e.text_cache_misses for name, e in cached.items()})
 
     return collect
 

@@ -55,6 +55,7 @@ class ImageTextEncoder(Encoder):
         self._text_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._text_cache_size = 1024
         self._text_cache_lock = threading.Lock()
+        self.text_cache_hits = self.text_cache_misses = 0  # per text, for the hit rate in /metrics (issue 35)
 
     def to(self, device: str) -> "ImageTextEncoder":
         self.model.to(device)
@@ -98,6 +99,8 @@ class ImageTextEncoder(Encoder):
             cached = {t: self._text_cache[t] for t in texts if t in self._text_cache}
             for t in cached:
                 self._text_cache.move_to_end(t)
+            self.text_cache_hits += sum(1 for t in texts if t in cached)
+            self.text_cache_misses += sum(1 for t in texts if t not in cached)
         missing = list(dict.fromkeys(t for t in texts if t not in cached))
         if missing:
             vectors = torch.as_tensor(self.text_features(missing), device=self.device)
