@@ -111,12 +111,9 @@ def upward_imports() -> list[str]:
     return problems
 
 
-def import_cycles() -> list[list[str]]:
-    """Cycles among every import of app/, recall/ and bench/ (lazy ones inside functions and type-only ones
-    under TYPE_CHECKING too: each is a dependency a reader must follow, and a lazy import that closes a loop only
-    hides it; where a lower module must call back up, it takes a callback or a Protocol), by Tarjan's algorithm."""
-    known = modules(CYCLE_PACKAGES)
-    graph = {m: sorted(t for t in imports(m, p, known) if t in known and t != m) for m, p in known.items()}
+def cycles_of(graph: dict[str, list[str]]) -> list[list[str]]:
+    """The import cycles of ``graph`` (module -> the modules it imports): its strongly connected components of
+    more than one module, by Tarjan's algorithm."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -148,6 +145,15 @@ def import_cycles() -> list[list[str]]:
         if node not in index:
             visit(node)
     return cycles
+
+
+def import_cycles() -> list[list[str]]:
+    """Cycles among every import of app/, recall/ and bench/ (lazy ones inside functions and type-only ones
+    under TYPE_CHECKING too: each is a dependency a reader must follow, and a lazy import that closes a loop only
+    hides it; where a lower module must call back up, it takes a callback or a Protocol), by Tarjan's algorithm."""
+    known = modules(CYCLE_PACKAGES)
+    graph = {m: sorted(t for t in imports(m, p, known) if t in known and t != m) for m, p in known.items()}
+    return cycles_of(graph)
 
 
 def test_every_unit_has_a_layer():
@@ -212,35 +218,7 @@ def grimp_cycles(*packages: str) -> list[list[str]]:
     import grimp
 
     graph = grimp.build_graph(*packages, include_external_packages=False, exclude_type_checking_imports=False)
-    edges = {m: graph.find_modules_directly_imported_by(m) - {m} for m in graph.modules}
-    order: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    cycles = []
-
-    def visit(node: str) -> None:  # Tarjan's strongly connected components
-        order[node] = low[node] = len(order)
-        stack.append(node)
-        for succ in edges[node]:
-            if succ not in order:
-                visit(succ)
-                low[node] = min(low[node], low[succ])
-            elif succ in stack:
-                low[node] = min(low[node], order[succ])
-        if low[node] == order[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                cycles.append(sorted(component))
-
-    for node in sorted(edges):
-        if node not in order:
-            visit(node)
-    return cycles
+    return cycles_of({m: sorted(graph.find_modules_directly_imported_by(m) - {m}) for m in sorted(graph.modules)})
 
 
 def test_an_independent_import_graph_finds_no_cycle_either(tmp_path, monkeypatch):
