@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "recall-bench-corpus")
     parser.add_argument("--out", type=Path, default=RESULTS / "query_path.json")
     args = parser.parse_args(argv)
+    if args.profile and not (shutil.which("py-spy") or (Path(sys.executable).parent / "py-spy").is_file()):
+        parser.error("--profile attaches py-spy, which is not installed: pip install py-spy (it is no dependency)")
     skip = set(filter(None, args.skip.split(",")))
 
     from app.settings import Settings
