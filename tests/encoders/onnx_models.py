@@ -8,7 +8,6 @@ runs the same torch modules directly, so a test can compare the service's answer
 
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 from pathlib import Path
@@ -17,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+
+from app.features.pretrained import sha256_file
 
 pytest.importorskip("onnx")  # the exporter needs it (a test extra)
 
@@ -89,12 +90,8 @@ def build_tokenizer(path: Path) -> Path:
     return path
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> Path:
-    manifest = {**manifest, "files": {p.name: sha256(p) for p in sorted(folder.iterdir()) if p.name != "manifest.json"}}
+    manifest = {**manifest, "files": {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.name != "manifest.json"}}
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return folder
 

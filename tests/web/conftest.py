@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -63,10 +64,9 @@ def browser(playwright_driver: Playwright, tmp_path_factory: pytest.TempPathFact
     context.close()
 
 
-@pytest.fixture
-def page(browser: BrowserContext, service: tuple[str, Path], request: pytest.FixtureRequest) -> Iterator[Page]:
-    """A page at the service root with no saved key; a screenshot of it is kept after the test."""
-    url, _ = service
+@contextmanager
+def fresh_page(browser: BrowserContext, url: str) -> Iterator[Page]:
+    """A page at ``url``'s root with no saved key, closed after; any JavaScript error on it fails the test."""
     page = browser.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -74,10 +74,17 @@ def page(browser: BrowserContext, service: tuple[str, Path], request: pytest.Fix
     page.evaluate("localStorage.clear()")  # the profile is shared by the tests of this package
     page.reload()  # a new tab: sessionStorage (the key) starts empty anyway
     yield page
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
     page.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+@pytest.fixture
+def page(browser: BrowserContext, service: tuple[str, Path], request: pytest.FixtureRequest) -> Iterator[Page]:
+    """A page at the service root with no saved key; a screenshot of it is kept after the test."""
+    with fresh_page(browser, service[0]) as page:
+        yield page
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
 
 
 def snap(page: Page, name: str, docs: bool = False, full_page: bool = True) -> None:

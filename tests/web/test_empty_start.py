@@ -15,7 +15,7 @@ from playwright.sync_api import BrowserContext, Page, expect
 
 from app.settings import Settings
 from tests.live_server import live_server
-from tests.web.conftest import snap
+from tests.web.conftest import fresh_page, snap
 
 pytestmark = pytest.mark.browser
 
@@ -32,15 +32,8 @@ def empty_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def empty_page(browser: BrowserContext, empty_service: str) -> Iterator[Page]:
-    page = browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(empty_service + "/")
-    page.evaluate("localStorage.clear()")
-    page.reload()
-    yield page
-    page.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    with fresh_page(browser, empty_service) as page:
+        yield page
 
 
 def _photo(path: Path, colour: tuple[int, int, int]) -> Path:

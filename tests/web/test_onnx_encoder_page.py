@@ -16,6 +16,7 @@ from playwright.sync_api import BrowserContext, Page, expect
 from app.settings import Settings
 from tests.encoders.onnx_models import clip_folder
 from tests.live_server import live_server
+from tests.web.conftest import fresh_page
 
 pytestmark = pytest.mark.browser
 
@@ -33,15 +34,8 @@ def onnx_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def onnx_page(browser: BrowserContext, onnx_service: str) -> Iterator[Page]:
-    page = browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(onnx_service + "/")
-    page.evaluate("localStorage.clear()")
-    page.reload()
-    yield page
-    page.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    with fresh_page(browser, onnx_service) as page:
+        yield page
 
 
 def _photos(folder: Path) -> list[Path]:

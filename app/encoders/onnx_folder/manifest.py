@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import InvalidInput
+from app.features.pretrained import sha256_file
 
 MANIFEST = "manifest.json"
 FORMAT = "recall-encoder/1"
@@ -137,12 +138,6 @@ def verify_files(manifest: Manifest) -> None:
                               "incomplete; copy it again (or update the manifest if you replaced it on purpose)")
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _part(folder: Path, raw: dict[str, Any], section: str, files: dict[str, Any]) -> Part:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from app.features.pretrained._store import (ASSETS, CONFIG, SHIPPED, WEIGHTS, FrontEndError, cache_root,  # noqa: F401
-                                            frontend_dir, read_frontend)
+                                            frontend_dir, read_frontend, sha256_file)
 
 
 def shared(name: str, **options: Any) -> torch.nn.Module:

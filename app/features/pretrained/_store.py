@@ -7,6 +7,7 @@ reaches up to the converter (no import cycle).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from functools import lru_cache
@@ -35,6 +36,15 @@ def frontend_dir(name: str) -> Path:
 
 def is_converted(name: str) -> bool:
     return (frontend_dir(name) / WEIGHTS).is_file()
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file, read in 1 MB blocks (checkpoints and model files can be large)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_frontend(name: str, root: Path | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

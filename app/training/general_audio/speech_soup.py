@@ -24,13 +24,12 @@ The result is a routed-fusion checkpoint like a fine-tune's, ready for ``--views
 
 from __future__ import annotations
 
-import hashlib
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from app.features.pretrained import sha256_file
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
 from app.encoders.audio.routed_fusion import FAMILY
 from app.training.general_audio.router_fit import copy_branch
@@ -88,10 +87,6 @@ def reestimate_hash_norm(net: torch.nn.Module, feature_batches) -> int:
     return seen
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def starting_point(speech_config: dict[str, Any]) -> tuple[str, Any]:
     """What a speech branch's training started from: the weights it was fine-tuned from, or (trained from
     scratch) the seed that drew its initial weights."""
@@ -137,7 +132,7 @@ def soup_checkpoint(data: Path, sources: list[Path], out: Path, seed: int, confi
     val = sorted(set.intersection(*(set(c.get("split", {}).get("val", [])) for c in configs)))
     speech_config = {**configs[0], "split": {**configs[0].get("split", {}), "val": val},
                      "soup_of": [{"path": str(s), "val": c.get("split", {}).get("val", []),
-                                  "weights_sha256": _sha256(s / "speech" / "weights.safetensors")}
+                                  "weights_sha256": sha256_file(s / "speech" / "weights.safetensors")}
                                  for s, c in zip(sources, configs)]}
     out.mkdir(parents=True, exist_ok=True)
     copy_branch(sources[0] / "sounds", out / "sounds")
