@@ -4,6 +4,7 @@ fit refused with a clear 409 where codes are needed (float search still answers)
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -11,6 +12,7 @@ from app.cli.reembed import reembed
 from app.encoders.onnx_folder.itq import ItqCodes
 from app.main import create_app
 from app.storage.backup import backup, restore
+from app.storage.protocol import open_catalog
 from app.usecases.ingest import COMMIT_CHUNK
 from recall import RecallClient
 from tests.api.test_onnx_encoders import _images, _png, _search
@@ -96,3 +98,30 @@ def test_a_lost_fit_is_refused_where_codes_are_needed(settings):
         response = client.post("/v1/collections/photos/items", files=[("files", ("x.png", _png(_images()["img-1"]), "image/png"))])
         assert response.status_code == 409 and "binary-code fit" in response.json()["error"]["message"]
         assert client.get("/v1/collections/photos").json()["items"] == N  # nothing was added
+
+
+def test_reembed_refits_a_fit_made_on_a_small_first_request(settings):
+    """A collection whose first request held 2 images fitted its codes on 2 vectors (frozen after); `recall
+    reembed` builds the new collection's fit on everything it copies, and its binary search ranks by that fit."""
+    images = {f"p{i}": image for i, image in enumerate((_images() | _images_more()).values())}
+    with TestClient(create_app(settings)) as client:
+        recall = _client(client)
+        recall.create_collection("small", "image", encoder="tiny-clip")
+        files = [(f"{key}.png", _png(image)) for key, image in images.items()]
+        recall.ingest("small", files[:2], ids=list(images)[:2])
+        recall.ingest("small", files[2:], ids=list(images)[2:])
+        assert _fit(settings, "small").fitted_on == 2  # frozen: later requests do not refit
+        report = reembed(_client(client), "small", "small-again", encoder="tiny-clip")
+        assert report["copied"] == N and not report["failed"]
+        old, new = _fit(settings, "small"), _fit(settings, "small-again")
+        assert new.fitted_on == N and not np.allclose(old.projection, new.projection)
+        assert client.get("/v1/collections/small-again").json()["binary_codes"]["fitted_on"] == N
+        # the new collection stores the new fit's codes, and binary search ranks by them (brute force over the catalog)
+        catalog = open_catalog(settings.catalog_url, settings.data_dir)
+        stored = {key: catalog.item_segments("small-again", key, 16, 16) for key in images}
+        for key, (_, _, floats, codes) in stored.items():
+            assert np.array_equal(codes, new.codes(floats))
+        query = stored["p5"][3][0]
+        expected = {key: float(np.unpackbits(codes[0] ^ query).sum()) for key, (_, _, _, codes) in stored.items() if key != "p5"}
+        results = _search(client, "small-again", item_id="p5", k=N - 1, mode="binary")
+        assert {r["id"]: r["distance"] for r in results} == expected
