@@ -25,15 +25,15 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import faiss
 import numpy as np
 
 from app.index import AdaptiveBinaryIndex, BinaryIndex, BinaryIVF
 from app.index.kinds import IndexSpec, auto_nlist, default_nprobe
+from bench.index._measure import K, latencies, relabel, tie_tolerant_recall
 
-K = 10
 DIM = 128
 OUT = Path(__file__).resolve().parents[1] / "results" / "index_kinds.json"
 
@@ -86,27 +86,6 @@ def clustered_codes(n: int, bits: int, queries: int, seed: int = 0) -> tuple[np.
 
 # --- measuring ----------------------------------------------------------------------------------
 
-def tie_tolerant_recall(true_d: np.ndarray, got_d: np.ndarray, got_ids: np.ndarray, k: int = K) -> float:
-    """Mean over queries of |returned codes within the k-th true distance| / k."""
-    kth = true_d[:, k - 1 : k]
-    hits = ((got_d[:, :k] <= kth) & (got_ids[:, :k] >= 0)).sum(axis=1)
-    return float(np.mean(np.minimum(hits, k) / k))
-
-
-def latencies(search: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], queries: np.ndarray) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
-    """One query at a time (the service's case); returns ms stats and the stacked answers."""
-    search(queries[:1])  # warm
-    times, ds, ids = [], [], []
-    for i in range(len(queries)):
-        t = time.perf_counter()
-        d, label = search(queries[i : i + 1])
-        times.append((time.perf_counter() - t) * 1000)
-        ds.append(d[0])
-        ids.append(label[0])
-    ms = np.asarray(times)
-    return {"p50_ms": float(np.median(ms)), "p99_ms": float(np.percentile(ms, 99)), "mean_ms": float(ms.mean())}, np.stack(ds), np.stack(ids)
-
-
 def run_block(n: int, bits: int, n_queries: int, hnsw: bool, multihash: bool, nprobes: list[int]) -> dict[str, Any]:
     t = time.perf_counter()
     codes, queries = clustered_codes(n, bits, n_queries)
@@ -157,7 +136,7 @@ def run_block(n: int, bits: int, n_queries: int, hnsw: bool, multihash: bool, np
         for ef in (16, 32, 64, 128):
             graph.hnsw.efSearch = ef
             record("hnsw", {"M": 32, "efSearch": ef}, build,
-                   lambda q, g=graph: _relabel(g.search(q, K), ids), n * (bits // 8 + 2 * 32 * 4))
+                   lambda q, g=graph: relabel(g.search(q, K), ids), n * (bits // 8 + 2 * 32 * 4))
         del graph
 
     if multihash:
@@ -169,7 +148,7 @@ def run_block(n: int, bits: int, n_queries: int, hnsw: bool, multihash: bool, np
             mh.add(codes)
             build = time.perf_counter() - t
             mh.nflip = nflip
-            record("multihash", {"nhash": nhash, "b": b, "nflip": nflip}, build, lambda q, m=mh: _relabel(m.search(q, K), ids), None)
+            record("multihash", {"nhash": nhash, "b": b, "nflip": nflip}, build, lambda q, m=mh: relabel(m.search(q, K), ids), None)
             del mh
     return block
 
@@ -193,11 +172,6 @@ def wrapper_overhead(n: int, bits: int, rounds: int = 4000) -> dict[str, Any]:
     out = {name: {"p50_ms": float(np.median(v)), "mean_ms": float(np.mean(v))} for name, v in times.items()}
     a, b = out["BinaryIndex"]["p50_ms"], out["AdaptiveBinaryIndex (flat answering)"]["p50_ms"]
     return {"windows": n, "bits": bits, "rounds": rounds, **out, "p50_ratio": b / a}
-
-
-def _relabel(result: tuple[np.ndarray, np.ndarray], ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    d, rows = result
-    return d, np.where(rows >= 0, ids[np.maximum(rows, 0)], -1)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -1,0 +1,217 @@
+"""Scale: flat and IVF binary search over 10^6, 10^7 and 10^8 windows of real-audio codes, one machine.
+
+Writes ``bench/results/scale.json``: a list ``runs``, one object per (windows, kind, nprobe) with ``p50_ms``,
+``p99_ms`` (one client, one query at a time), ``qps_16`` (16 client threads, each one query at a time),
+``recall_at_10`` (tie-tolerant, against exact flat search over the same codes), ``rss_bytes`` (peak resident set
+of the process that built and searched that index alone) and ``build_s``.
+
+The indices are Recall's own: :class:`~app.index.BinaryIndex` (flat, what every collection searches) and
+:class:`~app.index.BinaryIVF` (what an ``ivf``/``auto`` collection trains: sampled k-means, ``auto_nlist`` lists
+unless ``--nlist`` says otherwise). Each (size, kind) is built in a child process of its own, so its peak RSS is
+its own; codes are streamed into it from a cache file in chunks, so the RSS is the index's, not the data's.
+
+The codes are realistic (bench/index/_audio_codes.py): real windows of ../shared/data embedded by a trained
+256-bit Recall encoder, augmented before the sign for volume; queries are held-out real windows. Bulk work runs
+at the niceness the bench was started with (start it under ``nice -n 19``); every timed part holds
+/tmp/recall-timing.lock.
+
+    nice -n 19 python -m bench.index.scale                          # 10^6, 10^7, 10^8 (first run: ~1 h)
+    nice -n 19 python -m bench.index.scale --sizes 1000000 --out /tmp/scale.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.index import _audio_codes as audio_codes
+from bench.index._measure import K, current_rss_bytes, latencies, peak_rss_bytes, throughput, tie_tolerant_recall, timing_lock
+
+OUT = Path(__file__).resolve().parents[1] / "results" / "scale.json"
+SIZES = [10**6, 10**7, 10**8]
+NPROBES = [8, 16, 32, 64, 128]
+FLAT_SAMPLE_ABOVE = 10**7  # past this, flat's latency and q/s are measured on a sample of the queries
+TARGETS = {10**8: {"p50_ms": 10.0, "recall_at_10": 0.95, "rss_bytes": 16 * 10**9},
+           10**7: {"p50_ms": 3.0, "recall_at_10": 0.95, "build_s": 600.0}}
+
+
+def ids_of(start: int, count: int) -> np.ndarray:
+    """Ids that are not row numbers (as a catalog's are not), computable for any chunk."""
+    return np.arange(start, start + count, dtype=np.int64) * 3 + 7
+
+
+def _clients_load(p50_ms: float, clients: int, seconds: float = 8.0) -> int:
+    """Queries per client so that a q/s measurement takes about ``seconds`` on 2 cores."""
+    return int(np.clip(round(seconds * 1000 * 2 / (clients * max(p50_ms, 1e-3))), 1, 64))
+
+
+# --- children: one index each ------------------------------------------------------------------------
+
+def child_flat(spec: dict[str, Any]) -> dict[str, Any]:
+    from app.index import BinaryIndex
+
+    n, width, path = spec["windows"], spec["width"], Path(spec["codes"])
+    queries = np.load(spec["queries"])
+    t = time.perf_counter()
+    flat = BinaryIndex(width * 8, shards=2)
+    flat.reserve(n)
+    for start, codes in audio_codes.chunks_of(path, width, n):
+        flat.add(ids_of(start, len(codes)), codes)
+        del codes
+    build_s = time.perf_counter() - t
+    rss_built = current_rss_bytes()
+    t = time.perf_counter()
+    true_d, true_ids = flat.search(queries, K)  # the ground truth, in one batch
+    truth_s = time.perf_counter() - t
+    np.savez(spec["truth"], d=true_d, ids=true_ids)
+    timed = queries if n <= FLAT_SAMPLE_ABOVE else queries[: spec["flat_sample"]]
+    with timing_lock() as waited:
+        stats, got_d, _ = latencies(lambda q: flat.search(q, K), timed)
+        qps = throughput(lambda q: flat.search(q, K), timed, spec["clients"], _clients_load(stats["p50_ms"], spec["clients"]))
+    assert np.array_equal(got_d, true_d[: len(timed)]), "flat one at a time disagrees with flat in a batch"
+    return {"windows": n, "kind": "flat", **stats, "qps_16": qps["qps"], "qps_queries": qps["queries"], "recall_at_10": 1.0,
+            "rss_bytes": peak_rss_bytes(), "rss_after_build_bytes": rss_built, "build_s": build_s,
+            "memory_bytes": flat.memory_bytes(), "timed_queries": len(timed), "truth_batch_s": truth_s, "lock_wait_s": waited}
+
+
+def child_ivf(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    from app.index import BinaryIVF
+    from app.index.ivf import TRAIN_POINTS_PER_LIST
+
+    n, width, path, nlist = spec["windows"], spec["width"], Path(spec["codes"]), spec["nlist"]
+    queries = np.load(spec["queries"])
+    truth = np.load(spec["truth"])
+    t = time.perf_counter()
+    # BinaryIVF.train samples TRAIN_POINTS_PER_LIST codes per list; rows are independent draws, so the file's
+    # first rows are such a sample, read without touching the rest
+    ivf = BinaryIVF.train(audio_codes.read_codes(path, width, 0, min(n, TRAIN_POINTS_PER_LIST * nlist)), nlist)
+    train_s = time.perf_counter() - t
+    for start, codes in audio_codes.chunks_of(path, width, n):
+        ivf.add(ids_of(start, len(codes)), codes)
+        del codes
+    build_s = time.perf_counter() - t
+    rss_built = current_rss_bytes()
+    sizes = ivf.list_sizes()
+    rows = []
+    with timing_lock() as waited:
+        for nprobe in spec["nprobes"]:
+            if nprobe > nlist:
+                continue
+            search = lambda q, p=nprobe: ivf.search(q, K, p)  # noqa: E731
+            stats, got_d, got_ids = latencies(search, queries)
+            qps = throughput(search, queries, spec["clients"], _clients_load(stats["p50_ms"], spec["clients"]))
+            if spec.get("answers"):
+                np.savez(Path(spec["answers"]) / f"ivf-{n}-{nprobe}.npz", d=got_d, ids=got_ids)
+            rows.append({"windows": n, "kind": "ivf", "nlist": nlist, "nprobe": nprobe, **stats, "qps_16": qps["qps"],
+                         "qps_queries": qps["queries"], "recall_at_10": tie_tolerant_recall(truth["d"], got_d, got_ids),
+                         "build_s": build_s, "train_s": train_s, "trained_on": ivf.trained_on,
+                         "memory_bytes": ivf.memory_bytes(), "rss_after_build_bytes": rss_built,
+                         "list_size_p50": int(np.median(sizes)), "list_size_max": int(sizes.max()), "lock_wait_s": waited})
+    for row in rows:
+        row["rss_bytes"] = peak_rss_bytes()  # after every search: the peak of the whole life of this index
+    return rows
+
+
+def run_child(spec: dict[str, Any]) -> Any:
+    """Run one (size, kind) in a fresh interpreter; its last stdout line is its JSON result."""
+    done = subprocess.run([sys.executable, "-m", "bench.index.scale", "--child", json.dumps(spec)],
+                          stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    if done.returncode != 0:
+        raise RuntimeError(f"child {spec['kind']} at {spec['windows']} failed ({done.returncode})")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+def choose(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per size: the cheapest IVF nprobe that reaches recall@10 0.95, against each target the issue sets."""
+    verdicts = []
+    for n in sorted({r["windows"] for r in runs}):
+        ivf = sorted((r for r in runs if r["windows"] == n and r["kind"] == "ivf"), key=lambda r: r["p50_ms"])
+        good = [r for r in ivf if r["recall_at_10"] >= 0.95]
+        flat = next((r for r in runs if r["windows"] == n and r["kind"] == "flat"), None)
+        pick = good[0] if good else (max(ivf, key=lambda r: r["recall_at_10"]) if ivf else None)
+        if pick is None:
+            continue
+        pick["chosen"] = True
+        verdict: dict[str, Any] = {"windows": n, "nlist": pick["nlist"], "nprobe": pick["nprobe"], "p50_ms": pick["p50_ms"],
+                                   "recall_at_10": pick["recall_at_10"], "rss_bytes": pick["rss_bytes"], "build_s": pick["build_s"]}
+        if flat:
+            verdict["speedup_p50_vs_flat"] = flat["p50_ms"] / pick["p50_ms"]
+            verdict["qps_16_ratio_vs_flat"] = pick["qps_16"] / flat["qps_16"]
+        for name, bound in TARGETS.get(n, {}).items():
+            verdict[f"meets_{name}"] = bool(pick[name] >= bound if name == "recall_at_10" else pick[name] <= bound)
+        verdicts.append(verdict)
+    return verdicts
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
+    parser.add_argument("--queries", type=int, default=200, help="held-out real windows queried (recall, IVF latency)")
+    parser.add_argument("--flat-sample", type=int, default=24, help=f"queries timed on flat past {FLAT_SAMPLE_ABOVE} windows")
+    parser.add_argument("--nprobe", type=int, nargs="+", default=NPROBES)
+    parser.add_argument("--nlist", type=int, default=None, help="IVF lists (default: auto_nlist of the size, as a collection)")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--data", type=Path, default=audio_codes.SHARED_DATA)
+    parser.add_argument("--windows", type=Path, default=None, help="an embedded-windows .npz (default: embed --data once)")
+    parser.add_argument("--cache", type=Path, default=audio_codes.CACHE)
+    parser.add_argument("--answers", action="store_true", help="keep each IVF run's answers in the cache (tests)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        spec = json.loads(args.child)
+        print(json.dumps(child_flat(spec) if spec["kind"] == "flat" else child_ivf(spec)), flush=True)
+        return {}
+
+    from app.index.kinds import auto_nlist
+
+    t = time.perf_counter()
+    windows = args.windows or audio_codes.embed_real_windows(args.data, args.cache)
+    recipe = audio_codes.load_recipe(windows)
+    path = audio_codes.codes_file(recipe, windows, max(args.sizes), args.cache)
+    width = recipe.sources.shape[1] // 8
+    real = recipe.queries()
+    queries = real[np.sort(np.random.default_rng(5).choice(len(real), min(args.queries, len(real)), replace=False))]
+    work = args.cache / f"run-{os.getpid()}"
+    work.mkdir(parents=True, exist_ok=True)
+    np.save(work / "queries.npy", queries)
+    result: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "faiss": __import__("faiss").__version__},
+        "k": K, "recall": "tie-tolerant recall@10 against exact flat search over the same codes",
+        "queries": len(queries), "flat_sample_above": FLAT_SAMPLE_ABOVE, "flat_sample": args.flat_sample,
+        "codes": {**recipe.describe(), "bits": width * 8, "cache_file": str(path), "data_s": time.perf_counter() - t,
+                  "sizes": "each size is the first n rows of one generated file (rows are independent draws)"},
+        "rss": "peak resident set (ru_maxrss) of a child process that built and searched only that index",
+        "runs": [], "verdicts": [], "load_average_start": list(os.getloadavg()),
+    }
+    for n in args.sizes:
+        spec = {"windows": n, "width": width, "codes": str(path), "queries": str(work / "queries.npy"),
+                "truth": str(work / f"truth-{n}.npz"), "clients": args.clients, "flat_sample": args.flat_sample,
+                "nprobes": args.nprobe, "nlist": args.nlist or auto_nlist(n), "answers": str(work) if args.answers else None}
+        for kind in ("flat", "ivf"):
+            got = run_child({**spec, "kind": kind})
+            for row in got if isinstance(got, list) else [got]:
+                result["runs"].append(row)
+                print(json.dumps(row), flush=True)
+            result["verdicts"] = choose(result["runs"])
+            result["load_average_end"] = list(os.getloadavg())
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+    result["work"] = str(work)
+    return result
+
+
+if __name__ == "__main__":
+    main()
