@@ -9,14 +9,15 @@
 #        (soundfile), espeak-ng (the demo's speech).
 # test:  the above and sox, chromium + chromium-driver (the page tests drive Debian's chromium),
 #        fonts-dejavu-core (text in the browser screenshots), postgresql (the cluster tests start
-#        a throwaway server from /usr/lib/postgresql/*/bin), make.
+#        a throwaway server from /usr/lib/postgresql/*/bin), make, gcc (the ONNX tests compile a
+#        tiny custom-op library).
 #
 # Environment: PYTHON (python3) is the interpreter the venv will use; SYSTEM_DEPS_CHECK_ONLY=1
 # never installs, even as root (the check CI-style images and tests use to see the refusal).
 set -euo pipefail
 
 SERVE_PACKAGES=(python3-venv ffmpeg libsndfile1 espeak-ng)
-TEST_PACKAGES=("${SERVE_PACKAGES[@]}" sox chromium chromium-driver fonts-dejavu-core postgresql make)
+TEST_PACKAGES=("${SERVE_PACKAGES[@]}" sox chromium chromium-driver fonts-dejavu-core postgresql make gcc)
 PYTHON=${PYTHON:-python3}
 
 case "${1:-}" in

@@ -42,6 +42,7 @@ REQUIREMENTS: dict[str, tuple[str, Callable[[], object]]] = {
     "chromium": ("chromium", lambda: os.access(CHROMIUM, os.X_OK)),
     "chromedriver": ("chromium-driver", lambda: shutil.which("chromedriver")),
     "postgresql": ("postgresql", postgres_bin),
+    "cc": ("gcc", lambda: shutil.which("cc")),  # a C compiler: the custom-op library the ONNX tests build
 }
 
 

@@ -19,7 +19,7 @@ from tests.system_deps import MISSING, missing_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "system_deps.sh"
-TEST_PACKAGES = "python3-venv ffmpeg libsndfile1 espeak-ng sox chromium chromium-driver fonts-dejavu-core postgresql make"
+TEST_PACKAGES = "python3-venv ffmpeg libsndfile1 espeak-ng sox chromium chromium-driver fonts-dejavu-core postgresql make gcc"
 
 
 def _fake_bin(tmp_path: Path, *, uid: int, installed: str) -> Path:

@@ -98,6 +98,8 @@ def check_folder(folder: str | Path, device: str = "cpu", load_checkpoint: Calla
         "version": m.version or m.digest(), "files": sorted(m.files), "device": encoder.device,
         "providers": sorted({p for s in _sessions(encoder) for p in s.get_providers()}),
     }
+    if m.custom_ops is not None:  # native code the service will load: say so
+        report["custom_ops"] = {"library": m.custom_ops.library, "domains": list(m.custom_ops.domains)}
     if encoder.modality == "audio":
         report.update(sample_rate=encoder.sample_rate, window_s=encoder.default_window_s, hop_s=encoder.default_hop_s,
                       input=getattr(encoder, "input_kind", "waveform"))

@@ -65,8 +65,11 @@ class OnnxEncoder(Encoder):
 
     def describe(self) -> dict[str, Any]:
         m = self.manifest
-        return {**super().describe(), "family": m.family, "licence": m.licence, "source": m.source,
-                "folder": str(m.folder), "binary_codes": "pca-itq fitted per collection"}
+        described = {**super().describe(), "family": m.family, "licence": m.licence, "source": m.source,
+                     "folder": str(m.folder), "binary_codes": "pca-itq fitted per collection"}
+        if m.custom_ops is not None:
+            described["custom_ops"] = {"library": m.custom_ops.library, "domains": list(m.custom_ops.domains)}
+        return described
 
 
 def batches(items: list[Any], size: int) -> list[list[Any]]:

@@ -53,6 +53,14 @@ class Part:
 
 
 @dataclass(frozen=True)
+class CustomOps:
+    """The custom-op library a model needs and the operator domains it provides (app/encoders/onnx_folder/custom_ops.py)."""
+
+    library: str  # file name inside the folder, listed in 'files'
+    domains: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Manifest:
     folder: Path
     name: str
@@ -66,6 +74,7 @@ class Manifest:
     version: str | None  # None: the first 12 hex digits of the files' combined sha256
     files: dict[str, str]  # file name -> sha256 hex
     parts: dict[str, Part]  # "audio" | "image" | "text" -> its model
+    custom_ops: CustomOps | None = None  # None: no custom-op library is ever loaded
 
     def digest(self) -> str:
         """A version for a manifest that names none: changes whenever any file's checksum does."""
@@ -122,6 +131,7 @@ def read_manifest(folder: str | Path) -> Manifest:
         folder=folder, name=name, family=family, modality=modality, dim=dim, bits=bits,
         licence=get.str("licence"), source=get.str("source"), description=get.str("description", default=""),
         version=None if version is None else str(version), files=dict(files), parts=parts,
+        custom_ops=_custom_ops(folder, raw, files),
     )
 
 
@@ -157,6 +167,23 @@ def _part(folder: Path, raw: dict[str, Any], section: str, files: dict[str, Any]
     options = {k: v for k, v in spec.items() if k not in ("model", "input_name", "output_name")}
     return Part(model=model, input_name=get.str("input_name", default=None), output_name=get.str("output_name", default=None),
                 options=options)
+
+
+def _custom_ops(folder: Path, raw: dict[str, Any], files: dict[str, Any]) -> CustomOps | None:
+    spec = raw.get("custom_ops")
+    if spec is None:
+        return None
+    if not isinstance(spec, dict) or set(spec) != {"library", "domains"}:
+        raise FolderError(folder, "manifest_field", "'custom_ops' must be an object with 'library' (a file) and 'domains' (a list)")
+    library, domains = spec["library"], spec["domains"]
+    _check_file_name(folder, library)
+    if Path(library).suffix.lower() not in (".so", ".dylib", ".dll"):
+        raise FolderError(folder, "manifest_field", f"'custom_ops.library' must be a shared library (.so, .dylib, .dll), got {library}")
+    if library not in files:
+        raise FolderError(folder, "unlisted_file", f"'custom_ops.library' names {library}, which 'files' gives no sha256 for")
+    if not isinstance(domains, list) or not domains or not all(isinstance(d, str) and NAME_PATTERN.match(d) for d in domains):
+        raise FolderError(folder, "manifest_field", "'custom_ops.domains' must list the operator domains the library provides")
+    return CustomOps(library=library, domains=tuple(domains))
 
 
 def _check_file_name(folder: Path, name: Any) -> None:

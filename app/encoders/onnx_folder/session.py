@@ -1,8 +1,9 @@
 """onnxruntime sessions for a folder's models, and the checks that their inputs fit the manifest.
 
-A session is created with no custom-op library registered, so a model that needs an operator
-outside onnxruntime's own domains cannot load: it is refused with a clear message instead of
-running code the service did not ship. CUDA is used where onnxruntime has its provider and the
+A session is created with no custom-op library registered unless the folder's manifest names one
+(:mod:`app.encoders.onnx_folder.custom_ops`), so a model that needs an operator outside
+onnxruntime's own domains is refused with the operator named instead of running code the service
+did not ship. CUDA is used where onnxruntime has its provider and the
 service runs on a GPU; otherwise the CPU provider.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from app.encoders.onnx_folder import custom_ops
 from app.encoders.onnx_folder.manifest import FolderError, Manifest, Part
 
 
@@ -36,16 +38,16 @@ def open_session(manifest: Manifest, section: str, device: str, threads: int) ->
     # idle intra-op threads sleep instead of spinning: on a small machine a spinning pool takes the core the
     # event loop needs to parse and decode the next requests (the built-in encoders keep queries on one thread)
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    custom_ops.register(manifest, section, options)  # only a library the manifest names, for the domains it names
     try:
         return ort.InferenceSession(str(path), sess_options=options, providers=providers(device))
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises several classes; each becomes one message
         text = str(exc)
-        if "domain" in text.lower() or "not a registered function/op" in text or "custom" in text.lower():
-            raise FolderError(manifest.folder, "custom_op",
-                              f"{part.model} uses an operator onnxruntime does not have (a custom op?); custom ops are "
-                              f"not loaded: export with standard ONNX operators ({_first_line(text)})") from exc
+        refusal = custom_ops.explain(manifest, section, text)
+        if refusal is not None:
+            raise refusal from exc
         raise FolderError(manifest.folder, "onnx_load",
-                          f"{part.model} is not a model onnxruntime can load: {_first_line(text)}") from exc
+                          f"{part.model} is not a model onnxruntime can load: {custom_ops.first_line(text)}") from exc
 
 
 def input_of(manifest: Manifest, session: Any, section: str, *, optional: tuple[str, ...] = ()) -> Any:
@@ -88,11 +90,6 @@ def check_output_width(manifest: Manifest, section: str, node: Any) -> None:
     if dims[1] is not None and dims[1] != manifest.dim:
         raise FolderError(manifest.folder, "shape",
                           f"{manifest.parts[section].model} outputs {dims[1]} dimensions, the manifest's 'dim' is {manifest.dim}")
-
-
-def _first_line(text: str) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else text
-    return line[:300]
 
 
 def model_path(manifest: Manifest, section: str) -> Path:
