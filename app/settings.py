@@ -58,6 +58,12 @@ class EncoderSettings(BaseModel):
         description="A collection of an ONNX encoder (no trained hash head) fits its binary codes (PCA + ITQ) on at "
         "most this many vectors of its first ingest; `recall reembed` refits.",
     )
+    text_query_precision: Literal["half", "int8"] = Field(
+        "half",
+        description="How image-text encoders embed text queries on CPU: half (MiniLM's products with half-precision "
+        "weights) or int8 (8-bit integer products through onnxruntime: a query's MiniLM ~3x faster, answers a "
+        "little different; it missed issue 35's quality rule on the held-out photos, so it is opt-in: README, Numbers).",
+    )
 
     def all_dirs(self) -> list[str]:
         """Every root the registry scans: extra checkpoint directories, then the ONNX folder."""
@@ -102,6 +108,17 @@ class ClusterSettings(BaseModel):
         10.0, gt=0,
         description="How long one search waits for an index shard actor (which first replays the catalog up to "
         "the latest write) before counting it missing: 503, or a marked partial result on request.",
+    )
+    shard_snapshot_s: float = Field(
+        30.0, ge=0,
+        description="How often an index shard actor writes a snapshot of its partition when it has changed (0: never). "
+        "A restarted shard loads it and replays only the catalog's writes since, instead of its whole partition.",
+    )
+    shard_snapshot_dir: Path | None = Field(
+        None,
+        description="Where shard actors keep their snapshots, on the Ray node they run on (one sub-folder per shard); "
+        "unset: recall-shards under the node's temporary folder. A persistent or shared volume keeps them across "
+        "node restarts; a shard started where its snapshot is not rebuilds from the catalog.",
     )
     tombstone_retention_s: float = Field(
         3600.0, gt=0,

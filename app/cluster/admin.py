@@ -6,7 +6,8 @@ partition from PostgreSQL, so re-sharding moves no data by hand:
     RECALL_CATALOG_URL=... RECALL_RAY_ADDRESS=... python -m app.cluster.admin reshard 4
 
 starts the 4 new shard actors of every collection, waits until each has built its partition
-(searches keep using the old actors meanwhile), then kills every shard actor of another count.
+(searches keep using the old actors meanwhile), then ends every shard actor of another count
+and deletes its snapshots.
 Then set ``RECALL_INDEX_SHARDS=4`` on the API processes and restart them (a rolling restart is
 fine: processes on the old count answer until they go). ``status`` lists the shard actors.
 """
@@ -19,7 +20,7 @@ import sys
 
 from app.cluster.ray_connect import RayHeadUnavailable
 from app.cluster.ray_runtime import NAMESPACE, ensure_ray
-from app.cluster.remote_index import RemoteCollectionIndex, actor_name, catalog_prefix
+from app.cluster.remote_index import RemoteCollectionIndex, actor_name, catalog_prefix, retire_shards
 from app.settings import Settings
 from app.storage.protocol import open_catalog
 
@@ -45,7 +46,7 @@ def reshard(settings: Settings, count: int) -> dict[str, object]:
     killed = []
     for name in _shard_actors(settings.catalog_url or ""):
         if name not in wanted:
-            ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+            retire_shards([ray.get_actor(name, namespace=NAMESPACE)])  # its snapshots go with it
             killed.append(name)
     return {"shards": count, "actors": sorted(wanted), "killed": killed}
 

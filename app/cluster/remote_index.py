@@ -11,7 +11,8 @@ A shard that does not answer (killed, restarting, its node gone, or slower than
 ``RECALL_CLUSTER__SHARD_TIMEOUT_S``, 10 s) fails the search with 503 and a reason naming the shard, or, when the
 request asks for it (``"partial": true``), gives the merged answer of the other shards marked
 ``partial``; never a silently short list (see :meth:`RemoteCollectionIndex.shards_missed`). Shard actors are named, detached and restarted by Ray without limit, so every API
-process finds the same actors and a restarted one rebuilds its partition from PostgreSQL.
+process finds the same actors, and a restarted one loads its snapshot and replays the catalog's
+writes since (app/cluster/shard_actor.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,19 @@ from app.storage.records import Collection
 log = logging.getLogger(__name__)
 
 BUILD_TIMEOUT_S = 1800.0  # a new or restarted shard rebuilding its partition from PostgreSQL
+RETRY_AFTER_S = 2  # what a 503 for a missing shard tells the client: a restart from a snapshot takes seconds
+
+
+def _miss_reason(exc: BaseException) -> str:
+    """Why a shard call failed, for the 503's message."""
+    from ray import exceptions as rex
+
+    if isinstance(exc, rex.GetTimeoutError):
+        return "did not answer in time"
+    cause = getattr(exc, "cause", None)
+    if type(cause).__name__ == "CatalogUnavailable":  # the shard could not replay: PostgreSQL is unreachable
+        return "could not reach the PostgreSQL catalog to catch up"
+    return f"is unavailable ({type(exc).__name__})"
 
 
 def catalog_prefix(catalog_url: str) -> str:
@@ -71,11 +85,15 @@ class RemoteCollectionIndex:
         ensure_ray(settings.ray_address, settings.cluster)
         count = settings.index_shards
         remote = ray.remote(ShardActor)
+        cluster = settings.cluster
+        snapshot_dir = str(cluster.shard_snapshot_dir) if cluster.shard_snapshot_dir else None
+        names = [actor_name(settings.catalog_url, collection, n, count) for n in range(count)]
         actors = [
             remote.options(
-                name=actor_name(settings.catalog_url, collection, n, count), namespace=NAMESPACE, get_if_exists=True,
-                lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=settings.cluster.shard_cpus,
-            ).remote(settings.catalog_url, collection, n, count, settings.index.shards)
+                name=names[n], namespace=NAMESPACE, get_if_exists=True,
+                lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=cluster.shard_cpus,
+            ).remote(settings.catalog_url, collection, n, count, settings.index.shards, snapshot_dir,
+                     cluster.shard_snapshot_s, names[n])
             for n in range(count)
         ]
         self = cls(collection, actors, settings.cluster.shard_timeout_s)
@@ -104,7 +122,7 @@ class RemoteCollectionIndex:
                 results.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
             except (rex.GetTimeoutError, rex.RayActorError, rex.RayTaskError, rex.RaySystemError) as exc:
                 ray.cancel(ref, force=False)
-                reason = "did not answer in time" if isinstance(exc, rex.GetTimeoutError) else f"is unavailable ({type(exc).__name__})"
+                reason = _miss_reason(exc)
                 missing.append((number, reason))
                 results.append(None)
         if missing:
@@ -116,12 +134,15 @@ class RemoteCollectionIndex:
 
     def _unavailable(self, missing: list[tuple[int, str]] | tuple[tuple[int, str], ...]) -> Unhealthy:
         number, reason = missing[0]
-        return Unhealthy(
+        error = Unhealthy(
             f"index shard {number + 1} of {len(self.actors)} of collection {self.collection.name!r} {reason}; it is "
-            "restarted automatically and rebuilds from the catalog: retry shortly, or ask for a partial result "
+            "restarted automatically from its snapshot and the catalog: retry shortly, or ask for a partial result "
             "with \"partial\": true",
-            details={"missing_shards": sorted({m[0] + 1 for m in missing}), "shards": len(self.actors)},
+            details={"missing_shards": sorted({m[0] + 1 for m in missing}), "shards": len(self.actors),
+                     "retry_after_s": RETRY_AFTER_S},
         )
+        error.headers = {"Retry-After": str(RETRY_AFTER_S)}  # sent by the HTTP edge (app/api/error_handlers.py)
+        return error
 
     def shards_missed(self, since: float, until: float, allow_partial: bool) -> dict[str, Any] | None:
         """Whether a shard call made between two ``time.monotonic()`` readings missed shards.
@@ -189,14 +210,24 @@ class RemoteCollectionIndex:
         """Nothing to write: the shards rebuild from the catalog."""
 
     def delete_files(self) -> None:
-        """The collection was deleted: its shard actors go too."""
-        import ray
+        """The collection was deleted: its shard actors go too, their snapshots first."""
+        retire_shards(self.actors)
 
-        for actor in self.actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+
+def retire_shards(actors: list[Any]) -> None:
+    """Delete each shard's snapshots (waiting a few seconds at most), then end it for good."""
+    import ray
+
+    dropped = [actor.drop_snapshots.remote() for actor in actors]
+    try:
+        ray.wait(dropped, num_returns=len(dropped), timeout=5.0)
+    except Exception:  # noqa: BLE001 - a shard already gone has nothing to drop here
+        pass
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
 
 
 class _RemoteKind:

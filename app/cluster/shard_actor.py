@@ -4,13 +4,27 @@ A shard holds the binary and float indices of the items whose id hashes to it
 (``crc32(item id) % shards``, so all windows of an item are on one shard). It never receives
 writes: before answering, it replays the catalog up to the sequence the API process read when
 the request began (``min_seq``), so any write acknowledged before the search started is in
-the answer. When Ray restarts a dead shard it runs ``__init__`` again, which rebuilds the
-partition from PostgreSQL: nothing is lost because nothing lives only here.
+the answer.
+
+Snapshots: a background thread writes the partition, every ``snapshot_s`` seconds when it has
+changed, in the single-process index's snapshot format (app/storage/index_store.py: one atomic
+file per index kind with the sequence it includes) under ``snapshot_dir``, one folder per shard
+actor (the actor's name, hashed: one owner per folder). When Ray restarts a dead shard it runs
+``__init__`` again, which loads that snapshot and replays only the catalog's writes after it
+(its own partition's rows); without a usable snapshot it rebuilds the partition from PostgreSQL.
+Either way nothing is lost, because nothing lives only here; the snapshot only makes it quick.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,14 +34,60 @@ from app.index import BinaryIndex, FloatIndex
 from app.storage.index_store import CollectionIndex
 from app.storage.records import Collection
 
+log = logging.getLogger(__name__)
+
+
+def snapshot_folder(root: str | None, actor: str) -> Path:
+    """Where the shard actor named ``actor`` keeps its snapshots (under the node's temp folder by default)."""
+    base = Path(root) if root else Path(tempfile.gettempdir()) / "recall-shards"
+    return base / hashlib.sha1(actor.encode()).hexdigest()[:20]
+
 
 class ShardActor:
-    def __init__(self, catalog_url: str, collection: Collection, number: int, count: int, scan_threads: int = 1) -> None:
+    def __init__(self, catalog_url: str, collection: Collection, number: int, count: int, scan_threads: int = 1,
+                 snapshot_dir: str | None = None, snapshot_s: float = 0.0, actor: str = "") -> None:
         from app.storage.postgres import PostgresCatalog
 
+        started = time.monotonic()
         self.number, self.count = number, count
         self.catalog = PostgresCatalog(catalog_url)
-        self.index = CollectionIndex.build(collection, self.catalog, scan_threads, partition=(number, count))
+        self.folder = snapshot_folder(snapshot_dir, actor or f"{collection.name}:{collection.created_at!r}:{number}/{count}")
+        if snapshot_s > 0:
+            self.index, self.opened = CollectionIndex.open_partition(collection, self.catalog, self.folder, scan_threads,
+                                                                     (number, count))
+        else:
+            self.index = CollectionIndex.build(collection, self.catalog, scan_threads, partition=(number, count))
+            self.opened = {"from": "catalog", "snapshot_seq": None, "replayed_to": self.index.applied_seq}
+        self.opened["seconds"] = round(time.monotonic() - started, 4)
+        self.snapshot_seq = self.opened["snapshot_seq"] if self.opened["from"] == "snapshot" else None
+        self._stop = threading.Event()
+        self._snapshot_lock = threading.Lock()  # the loop and an explicit call never write the same files at once
+        if snapshot_s > 0:
+            threading.Thread(target=self._snapshot_loop, args=(snapshot_s,), daemon=True, name="shard-snapshots").start()
+
+    # --- snapshots ----------------------------------------------------------------------------
+
+    def _snapshot_loop(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            try:
+                self.snapshot()
+            except OSError as exc:  # a full or read-only disk: the catalog still has everything
+                log.warning("shard %d/%d: snapshot not written (%s)", self.number + 1, self.count, exc)
+
+    def snapshot(self) -> int | None:
+        """Write the partition's snapshot now if it changed since the last one; the sequence it holds."""
+        with self._snapshot_lock:
+            if not self._stop.is_set() and (self.snapshot_seq is None or self.index.applied_seq != self.snapshot_seq):
+                self.snapshot_seq = self.index.snapshot(None)  # no pruning: the shared tombstones expire by age
+            return self.snapshot_seq
+
+    def drop_snapshots(self) -> None:
+        """The collection is gone (or re-sharded): stop snapshotting and delete the folder."""
+        self._stop.set()
+        with self._snapshot_lock:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    # --- serving ------------------------------------------------------------------------------
 
     def _catch_up(self, min_seq: int) -> None:
         if min_seq > self.index.applied_seq:
@@ -40,7 +100,8 @@ class ShardActor:
 
     def stats(self) -> dict[str, Any]:
         return {"shard": self.number, "segments": len(self.index), "memory_bytes": self.index.memory_bytes(),
-                "applied_seq": self.index.applied_seq, "pid": os.getpid()}
+                "applied_seq": self.index.applied_seq, "pid": os.getpid(), "opened": self.opened,
+                "snapshot_seq": self.snapshot_seq}
 
     def search(self, kind: str, queries: np.ndarray, k: int, min_seq: int) -> tuple[np.ndarray, np.ndarray, int]:
         """This shard's top k under the cluster's tie rule (app/cluster/topk.py), and its size."""
@@ -54,6 +115,14 @@ class ShardActor:
         """(ids found here, their vectors)."""
         self._catch_up(min_seq)
         return getattr(self.index, kind).reconstruct_present(np.asarray(ids, dtype=np.int64))
+
+    def contents(self, kind: str, min_seq: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """(applied sequence, every id held, their vectors) after replaying to ``min_seq``: for the checker
+        (app/cluster/consistency.py). Calls to one actor run one at a time, so no replay lands in between."""
+        self._catch_up(min_seq)
+        index = getattr(self.index, kind)
+        ids = np.sort(index.ids())
+        return self.index.applied_seq, ids, index.reconstruct(ids)
 
     def ids(self, kind: str) -> np.ndarray:
         return getattr(self.index, kind).ids()

@@ -123,6 +123,15 @@ class CollectionIndex:
         return self
 
     def _load_or_rebuild(self, kind: str, catalog: Catalog) -> int:
+        seq = self._load(kind)
+        if seq is None:
+            self._rebuild(kind, catalog)
+            return catalog.last_seq(self.collection.name)
+        self._replay(kind, catalog, seq)
+        return seq
+
+    def _load(self, kind: str) -> int | None:
+        """Load one kind's snapshot; its sequence, or None when there is none usable (a warning if one was there)."""
         path = self._path(kind)
         try:
             if kind == "binary":
@@ -135,10 +144,8 @@ class CollectionIndex:
         except (SnapshotError, FileNotFoundError, ValueError) as exc:
             if path.exists():
                 log.warning("%s: snapshot unusable (%s); rebuilding from the catalog", path, exc)
-            self._rebuild(kind, catalog)
-            return catalog.last_seq(self.collection.name)
+            return None
         setattr(self, kind, index)
-        self._replay(kind, catalog, seq)
         return seq
 
     def _check_shape(self, kind: str, index: AdaptiveBinaryIndex | FloatIndex) -> None:
@@ -165,15 +172,17 @@ class CollectionIndex:
         self.unsnapshotted += 1
 
     @classmethod
-    def build(cls, collection: Collection, catalog: Catalog, shards: int, partition: tuple[int, int] | None = None) -> "CollectionIndex":
-        """Build from the catalog alone, no snapshot files: cluster mode, where the catalog is shared.
+    def build(cls, collection: Collection, catalog: Catalog, shards: int, partition: tuple[int, int] | None = None,
+              directory: Path | None = None) -> "CollectionIndex":
+        """Build from the catalog alone: cluster mode, where the catalog is shared.
 
-        Every API process (or shard actor) keeps its own copy, so a snapshot file in a shared
-        data directory would be written by several owners; rebuilding from PostgreSQL is the
-        one source all of them agree on.
+        Every API process keeps its own copy and no snapshot files, since a snapshot file in a
+        shared data directory would be written by several owners; rebuilding from PostgreSQL is
+        the one source all of them agree on. A shard actor is the one owner of its partition and
+        passes the ``directory`` its snapshots go to (:meth:`open_partition`).
         """
-        self = cls(collection, Path("."), shards, partition)
-        self.snapshots = False
+        self = cls(collection, directory or Path("."), shards, partition)
+        self.snapshots = directory is not None
         target = catalog.last_seq(collection.name)
         for kind, _ in self.indices():
             setattr(self, kind, self._new(kind))
@@ -182,8 +191,46 @@ class CollectionIndex:
                 index.remove(ids)  # a row deleted and re-added cannot repeat, but replay is idempotent anyway
                 index.add(ids, codes if kind == "binary" else floats)
         self.applied_seq = target
+        self.unsnapshotted = len(self)
         self.maybe_build()
         return self
+
+    @classmethod
+    def open_partition(cls, collection: Collection, catalog: Catalog, directory: Path, shards: int,
+                       partition: tuple[int, int]) -> tuple["CollectionIndex", dict[str, Any]]:
+        """A cluster shard's partition from its own snapshots plus the catalog's tail (the writes
+        after the snapshot's sequence, this partition's rows only); the whole partition from the
+        catalog when there is no usable snapshot. Returns the index and how it was opened.
+
+        A snapshot is unusable when missing or corrupt, when its kinds disagree on the sequence,
+        when it is ahead of the catalog (a catalog restored from an older dump), or when the
+        partition's row count at the replayed sequence differs from the catalog's.
+        """
+        self = cls(collection, directory, shards, partition)
+        seqs = {self._load(kind) for kind, _ in self.indices()}
+        target = catalog.last_seq(collection.name)
+        seq = seqs.pop() if len(seqs) == 1 else None
+        if seq is not None and seq <= target:
+            self.applied_seq = seq
+            self.catch_up(catalog, target)  # behind the tombstone horizon, made equal to the catalog in place
+            if self._partition_agrees(catalog):
+                self.unsnapshotted = int(self.applied_seq > seq)
+                return self, {"from": "snapshot", "snapshot_seq": seq, "replayed_to": self.applied_seq}
+            log.warning("%s shard %s: snapshot and catalog disagree after replay; rebuilding", collection.name, partition)
+        elif seq is not None:
+            log.warning("%s shard %s: snapshot at %d is ahead of the catalog (%d); rebuilding", collection.name, partition, seq, target)
+        built = cls.build(collection, catalog, shards, partition, directory)
+        return built, {"from": "catalog", "snapshot_seq": seq, "replayed_to": built.applied_seq}
+
+    def _partition_agrees(self, catalog: Catalog, attempts: int = 3) -> bool:
+        """Row count of the partition equals the catalog's at the applied sequence (read while no write lands)."""
+        for _ in range(attempts):
+            before = catalog.last_seq(self.collection.name)
+            self.catch_up(catalog, before)
+            rows = catalog.count_segments(self.collection.name, shard=self.partition)
+            if catalog.last_seq(self.collection.name) == before:
+                return all(len(index) == rows for _, index in self.indices())
+        return True  # writes keep landing: a count cannot be compared; the snapshot passed its checksums
 
     def catch_up(self, catalog: Catalog, target: int | None = None) -> int:
         """Replay the catalog's changes up to sequence ``target`` (its latest when None); returns the applied sequence.
@@ -283,15 +330,21 @@ class CollectionIndex:
         self.applied_seq = max(self.applied_seq, write.seq)
         self.unsnapshotted += len(removed) + len(write.added_segment_ids)
 
-    def snapshot(self, catalog: Catalog) -> None:
-        """Write every index atomically with the sequence it includes, then prune tombstones."""
+    def snapshot(self, catalog: Catalog | None) -> int:
+        """Write every index atomically with the sequence it includes, then prune tombstones; returns that sequence.
+
+        ``catalog`` None (a cluster shard): no pruning, the shared catalog's tombstones serve every
+        replica and expire by age (SqlCatalog.expire_tombstones).
+        """
         with self._write_lock:
             seq = self.applied_seq
             self.directory.mkdir(parents=True, exist_ok=True)
             for kind, index in self.indices():
                 index.save(self._path(kind), seq)
             self.unsnapshotted = 0
-        catalog.prune_tombstones(self.collection.name, seq)
+        if catalog is not None:
+            catalog.prune_tombstones(self.collection.name, seq)
+        return seq
 
     def delete_files(self) -> None:
         if isinstance(self.float, MappedFloatIndex):

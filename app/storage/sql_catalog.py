@@ -361,6 +361,11 @@ class SqlCatalog(JobRows):
             row = self._one("SELECT seq FROM tombstone_horizons WHERE collection = ?", (collection,))
         return int(row[0]) if row else 0
 
+    def count_segments(self, collection: str, shard: tuple[int, int] | None = None) -> int:
+        where, extra = _seq_filter(None, shard)
+        with self._lock:
+            return int(self._one(f"SELECT COUNT(*) FROM segments WHERE collection = ?{where}", (collection, *extra))[0])
+
     def all_segment_ids(self, collection: str, shard: tuple[int, int] | None = None) -> np.ndarray:
         where, extra = _seq_filter(None, shard)
         with self._lock:

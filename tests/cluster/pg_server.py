@@ -1,8 +1,10 @@
 """A throwaway PostgreSQL 15 server for the tests: initdb + pg_ctl in a temporary directory.
 
 Started once per test session. PostgreSQL refuses to run as root, so under root (CI) the data
-directory is handed to the ``postgres`` user and the server runs as that user. fsync is off:
-the tests kill API processes, never the database, and an fsync per commit would only slow them.
+directory is handed to the ``postgres`` user and the server runs as that user. fsync is off for the
+session's server: those tests kill API processes, never the database, and an fsync per commit would
+only slow them. The PostgreSQL restart tests start their own server with fsync on (``durable=True``)
+and restart it with :meth:`PgServer.restart`, leaving the shared one alone.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def _free_port() -> int:
 
 
 class PgServer:
-    def __init__(self) -> None:
+    def __init__(self, durable: bool = False) -> None:
+        self.durable = durable  # fsync on: what a deployment runs, for tests that stop the server itself
         self.root = Path(tempfile.mkdtemp(prefix="recall-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -49,9 +52,22 @@ class PgServer:
         if self._as_postgres:
             shutil.chown(self.root, "postgres", "postgres")
         self._run(str(BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=200"
-        self._run(str(BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w", "start")
+        self._pg_ctl_start()
         return self
+
+    def _pg_ctl_start(self) -> None:
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200"
+        if not self.durable:
+            options += " -c fsync=off -c full_page_writes=off"
+        self._run(str(BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w", "start")
+
+    def shut_down(self, mode: str) -> None:
+        """``pg_ctl stop -m fast`` (clients disconnected, a clean checkpoint) or ``immediate`` (no
+        checkpoint: the next start runs crash recovery from the WAL)."""
+        self._run(str(BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def start_again(self) -> None:
+        self._pg_ctl_start()
 
     def stop(self) -> None:
         try:

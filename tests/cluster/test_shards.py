@@ -80,6 +80,7 @@ def test_sharded_search_equals_one_index_ties_included(pg_url, ray_session):
 
     sharded = RemoteCollectionIndex.open(collection, Settings(catalog_url=pg_url, ray_address="auto", index_shards=3))
     ray.kill(sharded.actors[1], no_restart=True)
+    _wait_dead(sharded.actors[1])  # the kill is asynchronous: a call sent at once may still be answered
     since = time.monotonic()
     short = sharded.binary.search(queries["binary"], 5)  # the other shards' answer, recorded as short
     with pytest.raises(Unhealthy, match="index shard 2 of 3 of collection 'c' is unavailable"):
@@ -92,6 +93,19 @@ def test_sharded_search_equals_one_index_ties_included(pg_url, ray_session):
     want = ordered_topk(one.binary, queries["binary"], 5, BinaryIndex.ASCENDING, BinaryIndex.PAD_VALUE)
     assert np.array_equal(again.binary.search(queries["binary"], 5)[1], want[1])  # recreated, rebuilt from the catalog
     again.delete_files()
+
+
+def _wait_dead(actor, seconds: float = 30.0) -> None:
+    import ray
+
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            ray.get(actor.pid.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the killed actor still answers")
 
 
 def _seed(client, n=12):
@@ -181,6 +195,7 @@ def test_ray_shards_serve_the_api_and_survive_a_killed_shard(tmp_path, pg_url, r
         # a shard gone for good: 503 naming it, or on request the other shard's results marked partial
         everything = [r["id"] for r in _search(client, probes[0], "float", k=20).json()["results"]]
         ray.kill(victim, no_restart=True)
+        _wait_dead(victim)
         refused = _search(client, probes[0], "float")
         assert refused.status_code == 503 and refused.json()["error"]["details"]["missing_shards"] == [2]
         partial = client.post("/v1/collections/t/search", files={"file": ("q.wav", probes[0])},
