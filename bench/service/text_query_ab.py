@@ -1,0 +1,142 @@
+"""Text query speed under issue 35's rule: the MiniLM query precision A/B, speed and quality in one run.
+
+    python -m bench.service.text_query_ab [--rounds 3] [--images 10000] [--changed int8]
+
+Writes ``bench/results/text_query_ab.json``. In one run, on the same machine:
+
+* ``quality``: ``bench.service.text_quality`` on the text-to-image dev sets (R@10 of the unchanged and the
+  changed precision, the drop, the top-10 overlap, and whether the rule holds);
+* ``in_process``: one sentence embedded by the encoder (MiniLM and the text tower), both precisions
+  taking turns, every sentence new (the encoder's query cache never hits);
+* ``http``: the real server (``recall serve`` on loopback, ``bench.service.query_path.Server``) on a copy
+  of a ``bench.service.query_corpus`` collection of ``--images`` images, once per precision
+  (``RECALL_ENCODERS__TEXT_QUERY_PRECISION``), servers taking turns over ``--rounds`` rounds (the shared
+  machine's drift spreads over both): one client sending text searches as a new user would
+  (``{"text": ..., "k": 10}``: re-ranked by the head, the service's default), then 16 clients for
+  ``--seconds``. Every sentence is new to the server it is sent to (each server starts with an empty
+  query cache). Medians over rounds per variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.service import query_corpus as corpus
+from bench.service.load import json_request, run_load
+from bench.service.query_path import RESULTS, Server, _load, _texts, measured
+from bench.service.text_quality import DEFAULT_PHOTOS, encoder_with_precision, quality
+
+OUT = RESULTS / "text_query_ab.json"
+KEYS = ("p50_ms", "p99_ms", "queries_per_s", "server_cpu_ms_per_query", "machine_busy_fraction")
+ONE_CLIENT_QUERIES = 300
+
+
+def in_process(unchanged: str, changed: str, texts: list[str]) -> dict[str, Any]:
+    """Median ms of ``encode_text`` for one new sentence, the two precisions taking turns."""
+    import torch
+
+    torch.set_num_threads(1)  # as the service's query batches run
+    encoders = {p: encoder_with_precision(p) for p in (unchanged, changed)}
+    for encoder in encoders.values():
+        encoder.encode_text(["warm up"])
+    times: dict[str, list[float]] = {p: [] for p in encoders}
+    for text in texts:
+        for precision, encoder in encoders.items():
+            started = time.perf_counter()
+            encoder.encode_text([text])
+            times[precision].append(time.perf_counter() - started)
+    return {p: {"p50_ms": 1000 * float(np.median(t)), "p99_ms": 1000 * float(np.percentile(t, 99)), "n": len(t)}
+            for p, t in times.items()}
+
+
+async def _one_server(server: Server, texts: list[str], seconds: float) -> dict[str, Any]:
+    path = f"/v1/collections/{corpus.IMAGE_COLLECTION}/search"
+    requests = [json_request(path, {"text": t, "k": 10}) for t in texts]
+    await run_load(server.url, requests[:10], 1, 10, 30, kind="raw")  # first-touch costs; not measured
+    one = await measured(server, requests[10:10 + ONE_CLIENT_QUERIES], 1, ONE_CLIENT_QUERIES, 120)
+    rest = requests[10 + ONE_CLIENT_QUERIES:]
+    sixteen = await measured(server, rest, 16, len(rest), seconds)  # bounded by time; no sentence repeats
+    return {"one_client": one, "sixteen_clients": sixteen}
+
+
+def medians(rounds: list[dict[str, Any]], variant: str) -> dict[str, dict[str, float]]:
+    rows = [r for r in rounds if r["variant"] == variant]
+    return {phase: {k: statistics.median(r[phase][k] for r in rows) for k in KEYS}
+            for phase in ("one_client", "sixteen_clients")}
+
+
+def http(unchanged: str, changed: str, texts: list[str], images: int, rounds: int, seconds: float,
+         cache: Path) -> dict[str, Any]:
+    from app.settings import Settings
+
+    encoders = Settings().encoders
+    out: dict[str, Any] = {"images": images, "rounds": [], "load_before": _load()}
+    with tempfile.TemporaryDirectory(prefix="recall-textab-") as tmp:
+        seed = Path(tmp) / "corpus"
+        # a small audio collection beside the images: the corpus builder makes both
+        out["corpus"] = corpus.prepared(cache, encoders.default_audio, encoders.default_image, 1000, images, seed)
+        for round_number in range(rounds):
+            order = (unchanged, changed) if round_number % 2 == 0 else (changed, unchanged)
+            for precision in order:
+                data = Path(tmp) / f"data-{precision}"
+                shutil.rmtree(data, ignore_errors=True)
+                shutil.copytree(seed, data)
+                server = Server(Path(__file__).resolve().parents[2], data, precision)
+                server.env["RECALL_ENCODERS__TEXT_QUERY_PRECISION"] = precision
+                server.start()
+                try:
+                    row = asyncio.run(_one_server(server, texts, seconds))
+                finally:
+                    server.stop()
+                out["rounds"].append({"round": round_number, "variant": precision, "at": time.time(), **row})
+                print(round_number, precision, {p: (round(v["p50_ms"], 2), round(v["queries_per_s"], 1)) for p, v in row.items()},
+                      flush=True)
+    out["medians"] = {p: medians(out["rounds"], p) for p in (unchanged, changed)}
+    out["load_after"] = _load()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--unchanged", default="half")
+    parser.add_argument("--changed", default="int8")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=15.0, help="16-client phase length per round and variant")
+    parser.add_argument("--images", type=int, default=10_000)
+    parser.add_argument("--photos", type=Path, default=DEFAULT_PHOTOS, help="the COCO photos (held-out dev set)")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: quality,in_process,http")
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "recall-bench-corpus")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
+    texts = _texts(4000)  # distinct generated captions (not the dev sets' sentences)
+    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
+                              "unchanged": args.unchanged, "changed": args.changed,
+                              "note": "one run: quality, in-process and HTTP figures are comparable only within this file"}
+    if "quality" not in skip:
+        result["quality"] = quality(args.photos, args.unchanged, args.changed)
+        print("quality rule met:", result["quality"]["rule_met"], flush=True)
+    if "in_process" not in skip:
+        result["in_process"] = in_process(args.unchanged, args.changed, texts[-300:])
+        print("in process:", result["in_process"], flush=True)
+    if "http" not in skip:
+        result["http"] = http(args.unchanged, args.changed, texts[:-300], args.images, args.rounds, args.seconds, args.cache)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: result.get(k) for k in ("in_process",)} | {"http_medians": result.get("http", {}).get("medians")}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
