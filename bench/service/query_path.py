@@ -18,8 +18,10 @@ query and how busy the whole machine was, since the 2 cores are shared with othe
 phase against it too, one server after the other on copies of the same corpus, so before/after
 ratios come from one run (that revision must read the corpus's catalog schema: point ``--cache``
 at a fresh directory to build one with today's code if an old revision refuses it).
-``--profile`` attaches py-spy to each server during a one-client WAV phase and writes a flame
-graph (SVG), the collapsed stacks, and a per-category breakdown (``bench.service.profile_breakdown``).
+``--profile`` attaches py-spy (not a dependency: ``pip install py-spy``) to each server during a one-client
+WAV phase and a one-client text phase (re-ranked, new sentences) and writes, per phase, a flame graph
+(``bench/results/query_path_profile_{wav,text}.svg``), the collapsed stacks (``.txt``) and a per-category
+breakdown (``bench.service.profile_breakdown``, in the JSON as ``profile_wav`` / ``profile_text``).
 
     python -m bench.service.query_path [--baseline HEAD~3] [--profile] [--quick]
 """
@@ -215,11 +217,19 @@ async def _run_phases(server: Server, reqs: dict[str, list[Req]], texts: list[Re
     out: dict[str, Any] = {"server_stack": server.stack}
     await run_load(server.url, reqs["wav16k"], 1, 30, 30, kind=CLIENT)  # warm-up: first-touch costs are not a user's
     if profile is not None:  # one client, py-spy attached: where each millisecond goes
-        spy = _start_profile(server, profile)
-        await asyncio.sleep(1.0)  # let py-spy attach
-        out["profile_run"] = await measured(server, reqs["wav16k"], 1, 400, 30)
-        _stop_profile(spy)
-        out["profile_breakdown"] = breakdown(profile.with_suffix(".txt"), out["profile_run"]["n"], PROFILE_RATE_HZ)
+        phases = [("wav", reqs["wav16k"])]
+        if texts:  # sentences the text phase below does not send (its cache stays cold)
+            phases.append(("text", texts[len(texts) // 2:]))
+            await run_load(server.url, texts[-5:], 1, 5, 30, kind=CLIENT)  # loads nothing new; first-touch costs
+            texts = texts[:len(texts) // 2]
+            texts_stage1 = texts_stage1[:len(texts_stage1) // 2]
+        for phase, requests in phases:
+            stem = profile.with_name(f"{profile.name}_{phase}")
+            spy = _start_profile(server, stem)
+            await asyncio.sleep(1.0)  # let py-spy attach
+            run = await measured(server, requests, 1, min(400, len(requests) - 5), 60)
+            _stop_profile(spy)
+            out[f"profile_{phase}"] = {"run": run, "breakdown": breakdown(stem.with_suffix(".txt"), run["n"], PROFILE_RATE_HZ)}
     if "audio" not in skip:
         rows = []
         for c in (1, 4, 16, 64):
@@ -308,14 +318,16 @@ def main(argv: list[str] | None = None) -> int:
         for label, server in servers.items():
             server.start()
             try:
-                profile = RESULTS / f"query_path_profile_{label}" if args.profile and label in ("before", "after") else None
+                # query_path_profile_{wav,text}.{svg,txt} (and _before_ ones with --baseline): each run replaces them
+                name = "query_path_profile" if label == "after" else "query_path_profile_before"
+                profile = RESULTS / name if args.profile and label in ("before", "after") else None
                 row = asyncio.run(_run_phases(server, reqs, text_reqs, stage1, args.quick, skip, profile))
                 if "ingest" not in skip:
                     row["ingest_under_search"] = asyncio.run(
                         _ingest_under_search(server, reqs["wav16k"], recording, 600.0, audio_encoder))
                 row["load_after"] = _load()
                 result["runs"][label] = row
-                print(json.dumps({label: {k: v for k, v in row.items() if k != "profile_run"}}, indent=1), flush=True)
+                print(json.dumps({label: {k: v for k, v in row.items() if not k.startswith("profile_")}}, indent=1), flush=True)
             finally:
                 server.stop()
     if "before" in result["runs"]:
