@@ -14,13 +14,15 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from app.cluster.consistency import check_shards
 from app.cluster.remote_index import RemoteCollectionIndex
 from app.main import create_app
-from app.storage.postgres import PostgresCatalog
+from app.storage.postgres import CatalogUnavailable, PostgresCatalog
+from app.storage.records import Collection, NewItem
 from tests.cluster.pg_server import PgServer, available
 from tests.conftest import make_settings, tone_wav
 
@@ -124,4 +126,27 @@ def test_postgres_restarts_lose_no_acknowledged_write_and_answer_503_meanwhile(t
         shards = RemoteCollectionIndex.open(catalog.get_collection("w"), settings)  # the service's shard actors, by name
         assert check_shards(catalog, shards) == []
         client.delete("/v1/collections/w")
+    catalog.close()
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_an_idle_catalog_connection_is_replaced_after_a_restart_and_an_outage_is_a_503(own_pg, mode):
+    catalog = PostgresCatalog(own_pg.new_database())
+    catalog.create_collection(Collection("c", "audio", "x", ("binary",), 16, 16, 1.0, 0.5, False, "", 1.0))
+    item = NewItem("a", None, None, None, {}, np.zeros((1, 2)), np.zeros((1, 16), np.float32), np.zeros((1, 2), np.uint8))
+    first = catalog.upsert_items("c", [item]).seq
+    own_pg.shut_down(mode)
+    try:
+        for call in (lambda: catalog.last_seq("c"), lambda: catalog.upsert_items("c", [item])):
+            with pytest.raises(CatalogUnavailable) as refused:
+                call()
+            assert refused.value.status_code == 503 and refused.value.headers == {"Retry-After": "2"}
+    finally:
+        own_pg.start_again()
+    # the connection that sat through the restart is dead; the very first calls after it succeed all the same
+    assert catalog.last_seq("c") == first  # the committed write survived the shutdown
+    own_pg.shut_down(mode)
+    own_pg.start_again()
+    assert catalog.upsert_items("c", [item]).seq > first  # a transaction first, on the dead connection
+    assert catalog.items_by_id("c", ["a"])["a"]["id"] == "a"
     catalog.close()
