@@ -64,6 +64,13 @@ class EncoderSettings(BaseModel):
         "weights) or int8 (8-bit integer products through onnxruntime: a query's MiniLM ~3x faster, answers a "
         "little different; it missed issue 35's quality rule on the held-out photos, so it is opt-in: README, Numbers).",
     )
+    audio_frontend_precision: Literal["float32", "int8"] = Field(
+        "float32",
+        description="How audio encoders on Google's speech_embedding (general-audio and its variants) run its "
+        "convolutions on CPU: float32, or int8 (8-bit integer products: ~2x faster for a 1 s query window, ~3x per "
+        "window when ingesting; MAP within 0.004 on the generalisation sets but top-10 overlap 0.82-0.89, under issue "
+        "35's 0.90, so opt-in: README, Numbers). CUDA always runs float32.",
+    )
 
     def all_dirs(self) -> list[str]:
         """Every root the registry scans: extra checkpoint directories, then the ONNX folder."""

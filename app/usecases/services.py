@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from app.encoders.image_text.text_features import set_query_precision
+from app.features.pretrained.ort_convs import set_precision as set_frontend_precision
 from app.encoders.registry import discover
 from app.encoders.runtime import configure_torch
 from app.errors import Conflict, InsufficientStorage, InvalidInput, NotFound, StorageReadOnly
@@ -114,6 +115,7 @@ class Services:
         self.not_ready = ["loading encoders and indices"]
         configure_torch(self.settings.torch_threads)
         set_query_precision(self.settings.encoders.text_query_precision)  # before any encoder embeds a query
+        set_frontend_precision(self.settings.encoders.audio_frontend_precision)
         # The Hamming kernels are compiled on first use (seconds; milliseconds from numba's
         # on-disk cache): pay for it here, not in the first user's query.
         await asyncio.to_thread(warm_up_hamming_kernels)

@@ -11,6 +11,11 @@ checked against the torch module in the tests; CUDA keeps the torch module.
 It is registered as a torch custom operator so that the encoders' TorchScript traces
 (app/encoders/traced.py) record a call to it rather than its output on the example batch; the
 session releases the GIL while it runs, as the traces do.
+
+Precision: ``float32`` (the default) or ``int8``, the same stack with 8-bit integer products
+(app/features/pretrained/quantise.py: ~2x faster, answers a little different, opt-in by issue 35's rule).
+The service sets it at start from ``encoders.audio_frontend_precision``; the op reads it on every call,
+so traced encoders follow it too.
 """
 
 from __future__ import annotations
@@ -23,13 +28,30 @@ import numpy as np
 import torch
 
 GRAPH = "embedding_convs.onnx"
+GRAPH_INT8 = "embedding_convs_int8.onnx"  # written by python -m app.features.pretrained.quantise
+PRECISIONS = ("float32", "int8")
 _lock = threading.Lock()
+_precision = "float32"
 
 
-def graph_path() -> Path:
+def set_precision(precision: str) -> None:
+    """The process's precision for the stack on CPU (the service sets ``encoders.audio_frontend_precision``)."""
+    global _precision
+    if precision not in PRECISIONS:
+        raise ValueError(f"audio front-end precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "int8" and not graph_path("int8").is_file():
+        raise FileNotFoundError(f"{graph_path('int8')} is missing: run python -m app.features.pretrained.quantise")
+    _precision = precision
+
+
+def precision() -> str:
+    return _precision
+
+
+def graph_path(precision: str | None = None) -> Path:
     from app.features.pretrained._store import ASSETS
 
-    return ASSETS / "speech-embedding" / GRAPH
+    return ASSETS / "speech-embedding" / (GRAPH_INT8 if (precision or _precision) == "int8" else GRAPH)
 
 
 def available() -> bool:
@@ -38,24 +60,25 @@ def available() -> bool:
         import onnxruntime  # noqa: F401
     except ImportError:
         return False
-    return graph_path().is_file()
+    return graph_path("float32").is_file()
 
 
 @lru_cache(maxsize=None)
-def _session(threads: int):
+def _session(threads: int, precision: str):
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    return onnxruntime.InferenceSession(str(graph_path()), options, providers=["CPUExecutionProvider"])
+    options.log_severity_level = 3  # the int8 graph's unused constants are a warning per session, not news
+    return onnxruntime.InferenceSession(str(graph_path(precision)), options, providers=["CPUExecutionProvider"])
 
 
 @torch.library.custom_op("recall::speech_embedding_convs", mutates_args=())
 def speech_embedding_convs(mel: torch.Tensor) -> torch.Tensor:
     """(B, frames >= 76, 32) float32 CPU mel -> (B, 1 + (frames - 76) // 8, 96)."""
     with _lock:  # one session per thread budget, built once
-        session = _session(max(1, torch.get_num_threads()))
+        session = _session(max(1, torch.get_num_threads()), _precision)
     out = session.run(None, {"mel": np.ascontiguousarray(mel.detach().numpy(), dtype=np.float32)})[0]
     return torch.from_numpy(out)
 
