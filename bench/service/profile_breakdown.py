@@ -9,7 +9,7 @@ The result is thread time per query in milliseconds. Threads overlap (the model 
 thread while the event loop parses the next request), so the categories add up to more than a
 query's wall latency; the wall-clock split is in the server's own ``timings``.
 
-    python -m bench.service.profile_breakdown bench/results/query_path_profile_after.txt --queries 400
+    python -m bench.service.profile_breakdown bench/results/query_path_profile_wav.txt --queries 400
 """
 
 from __future__ import annotations
