@@ -34,7 +34,9 @@ ENCODER = "speech-attn-hash"
 WINDOW_S, HOP_S = 1.0, 0.5
 NEIGHBOURS = 16
 MIX_MAX = 0.5
-CHUNK = 1 << 18  # rows per generated chunk (~256 MB of float temporaries)
+CHUNK = 1 << 18  # rows per generated chunk (a file offset unit)
+BLOCK = 8192  # rows computed at once
+VERSION = 2  # of the generator: part of the cache key
 HOLDOUT_EVERY = 10  # every 10th clip's windows are queries, never sources
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 CACHE = Path("/tmp/recall-scale")
@@ -171,15 +173,24 @@ class Recipe:
         i = rng.integers(0, len(self.sources), rows)
         j = self.neighbours[i, rng.integers(0, NEIGHBOURS, rows)]
         a = rng.uniform(0.0, MIX_MAX, rows).astype(np.float32)[:, None]
-        v = self.sources[i]
-        v *= 1.0 - a
-        v += a * self.sources[j]
-        v += self.sigma * self.std * rng.standard_normal(v.shape, dtype=np.float32)
-        return sign_codes(v)
+        scale = (self.sigma * self.std).astype(np.float32)
+        out = np.empty((rows, self.sources.shape[1] // 8), np.uint8)
+        noise = np.empty((BLOCK, self.sources.shape[1]), np.float32)
+        for s in range(0, rows, BLOCK):  # blocks that stay in cache: twice as fast as whole-chunk arrays
+            e = min(rows, s + BLOCK)
+            v, w = self.sources[i[s:e]], self.sources[j[s:e]]
+            w -= v
+            w *= a[s:e]
+            v += w  # (1 - a) v_i + a v_j
+            rng.standard_normal(out=noise[: e - s], dtype=np.float32)
+            noise[: e - s] *= scale
+            v += noise[: e - s]
+            out[s:e] = sign_codes(v)
+        return out
 
     def key(self) -> str:
         digest = hashlib.sha1(self.sources.tobytes())
-        digest.update(repr((self.seed, NEIGHBOURS, MIX_MAX, CHUNK, round(self.sigma, 6))).encode())
+        digest.update(repr((VERSION, self.seed, NEIGHBOURS, MIX_MAX, CHUNK, BLOCK, round(self.sigma, 6))).encode())
         return digest.hexdigest()[:12]
 
     def describe(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -74,7 +75,7 @@ def child_flat(spec: dict[str, Any]) -> dict[str, Any]:
     truth_s = time.perf_counter() - t
     np.savez(spec["truth"], d=true_d, ids=true_ids)
     timed = queries if n <= FLAT_SAMPLE_ABOVE else queries[: spec["flat_sample"]]
-    with timing_lock() as waited:
+    with timing_lock(enabled=spec["lock"]) as waited:
         stats, got_d, _ = latencies(lambda q: flat.search(q, K), timed)
         qps = throughput(lambda q: flat.search(q, K), timed, spec["clients"], _clients_load(stats["p50_ms"], spec["clients"]))
     assert np.array_equal(got_d, true_d[: len(timed)]), "flat one at a time disagrees with flat in a batch"
@@ -95,6 +96,7 @@ def child_ivf(spec: dict[str, Any]) -> list[dict[str, Any]]:
     # first rows are such a sample, read without touching the rest
     ivf = BinaryIVF.train(audio_codes.read_codes(path, width, 0, min(n, TRAIN_POINTS_PER_LIST * nlist)), nlist)
     train_s = time.perf_counter() - t
+    coarse = hnsw_quantizer(ivf, audio_codes.read_codes(path, width, 0, min(n, 50_000))) if spec["quantizer"] == "hnsw" else {}
     for start, codes in audio_codes.chunks_of(path, width, n):
         ivf.add(ids_of(start, len(codes)), codes)
         del codes
@@ -102,7 +104,7 @@ def child_ivf(spec: dict[str, Any]) -> list[dict[str, Any]]:
     rss_built = current_rss_bytes()
     sizes = ivf.list_sizes()
     rows = []
-    with timing_lock() as waited:
+    with timing_lock(enabled=spec["lock"]) as waited:
         for nprobe in spec["nprobes"]:
             if nprobe > nlist:
                 continue
@@ -111,14 +113,45 @@ def child_ivf(spec: dict[str, Any]) -> list[dict[str, Any]]:
             qps = throughput(search, queries, spec["clients"], _clients_load(stats["p50_ms"], spec["clients"]))
             if spec.get("answers"):
                 np.savez(Path(spec["answers"]) / f"ivf-{n}-{nprobe}.npz", d=got_d, ids=got_ids)
-            rows.append({"windows": n, "kind": "ivf", "nlist": nlist, "nprobe": nprobe, **stats, "qps_16": qps["qps"],
+            rows.append({"windows": n, "kind": "ivf", "nlist": nlist, "nprobe": nprobe, "quantizer": spec["quantizer"], **stats, "qps_16": qps["qps"],
                          "qps_queries": qps["queries"], "recall_at_10": tie_tolerant_recall(truth["d"], got_d, got_ids),
                          "build_s": build_s, "train_s": train_s, "trained_on": ivf.trained_on,
                          "memory_bytes": ivf.memory_bytes(), "rss_after_build_bytes": rss_built,
-                         "list_size_p50": int(np.median(sizes)), "list_size_max": int(sizes.max()), "lock_wait_s": waited})
+                         "list_size_p50": int(np.median(sizes)), "list_size_max": int(sizes.max()), "lock_wait_s": waited,
+                         **({"coarse_assignment": coarse} if coarse else {})})
     for row in rows:
         row["rss_bytes"] = peak_rss_bytes()  # after every search: the peak of the whole life of this index
     return rows
+
+
+def hnsw_quantizer(ivf: Any, sample: np.ndarray, m: int = 32, ef: int = 64) -> dict[str, Any]:
+    """Swap the trained IVF's flat coarse quantizer for an HNSW graph over the same centroids.
+
+    Adding a code to an IVF finds its nearest centroid: the flat quantizer compares it with all nlist, ~4x10^11
+    Hamming distances for 10^8 codes into 4096 lists. The graph visits a few hundred. Both are timed here on
+    ``sample`` and their assignments compared, so the choice is measured (the service uses flat today).
+    """
+    import faiss
+
+    flat = faiss.downcast_IndexBinary(ivf._index.quantizer)
+    centroids = faiss.vector_to_array(flat.xb).reshape(flat.ntotal, flat.code_size)
+    t = time.perf_counter()
+    _, exact = flat.search(sample, 1)
+    flat_s = time.perf_counter() - t
+    t = time.perf_counter()
+    graph = faiss.IndexBinaryHNSW(flat.d, m)
+    graph.add(centroids)
+    graph_build_s = time.perf_counter() - t
+    graph.hnsw.efSearch = ef  # a search asking for nprobe > ef lists gets nprobe (FAISS takes the larger)
+    t = time.perf_counter()
+    dist, got = graph.search(sample, 1)
+    graph_s = time.perf_counter() - t
+    exact_d = np.unpackbits(sample ^ centroids[exact[:, 0]], axis=1).sum(axis=1)
+    ivf._index.quantizer = graph
+    ivf._coarse_graph = graph  # the Python object owns it: keep it alive as long as the index
+    return {"sample": len(sample), "M": m, "efSearch": ef, "graph_build_s": graph_build_s,
+            "flat_codes_per_s": len(sample) / flat_s, "hnsw_codes_per_s": len(sample) / graph_s,
+            "same_list": float(np.mean(got[:, 0] == exact[:, 0])), "same_distance": float(np.mean(dist[:, 0] == exact_d))}
 
 
 def run_child(spec: dict[str, Any]) -> Any:
@@ -154,6 +187,56 @@ def choose(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return verdicts
 
 
+def cluster_overhead_ms(path: Path = OUT.parent / "cluster.json") -> float:
+    """The scatter/merge round trip bench/cluster/cluster.py measured (what every sharded query adds)."""
+    try:
+        assumes = json.loads(path.read_text())["results"]["sizing_model"]["assumes"]
+        return float(re.search(r"overhead ([0-9.]+) ms", assumes).group(1))  # type: ignore[union-attr]
+    except (OSError, KeyError, ValueError, AttributeError):
+        return 2.067
+
+
+def sizing(runs: list[dict[str, Any]], overhead_ms: float, shard_memory_gb: float = 16.0) -> dict[str, Any]:
+    """bench/cluster's sizing model redone with the IVF kind, from this run's measured figures.
+
+    A shard of m windows answers one query in the chosen IVF's p50 at m (interpolated log-log between the
+    measured sizes; past the largest, proportional to m: at a fixed nlist and nprobe the probed lists grow
+    with m) plus the scatter/merge round trip; 16 clients get the chosen IVF's measured 16-client q/s at m
+    (each shard on its own node does every query over its part). A shard holds flat and IVF both (the flat
+    index stays the store of record): memory per window is the two children's peak RSS at the largest size
+    over its windows.
+    """
+    chosen = sorted((r for r in runs if r.get("chosen")), key=lambda r: r["windows"])
+    flats = {r["windows"]: r for r in runs if r["kind"] == "flat"}
+    if not chosen or chosen[-1]["windows"] not in flats:
+        return {}
+    top = chosen[-1]
+    per_window = (top["rss_bytes"] + flats[top["windows"]]["rss_bytes"]) / top["windows"]
+    sizes = np.log([r["windows"] for r in chosen])
+
+    def at(m: float, field: str) -> float:
+        values = np.log([r[field] for r in chosen])
+        if m > top["windows"]:
+            scale = m / top["windows"]
+            return top[field] * (scale if field == "p50_ms" else 1 / scale)
+        return float(np.exp(np.interp(np.log(m), sizes, values)))
+
+    out: dict[str, Any] = {"assumes": f"shards of at most {shard_memory_gb} GB, one per node; flat + IVF in memory "
+                           f"({per_window:.1f} bytes per window, measured RSS); scatter/merge {overhead_ms} ms "
+                           "(bench/results/cluster.json); IVF as chosen per size in this run"}
+    for total in (10**8, 10**9):
+        rows = []
+        for shards in (1, 2, 4, 8, 16, 32, 64):
+            m = total / shards
+            memory_gb = m * per_window / 1e9
+            latency = at(m, "p50_ms") + overhead_ms
+            rows.append({"shards": shards, "memory_gb_per_shard": round(memory_gb, 2), "fits": memory_gb <= shard_memory_gb,
+                         "one_client_latency_ms": round(latency, 2), "one_client_qps": round(1000 / latency, 1),
+                         "clients_16_qps": round(at(m, "qps_16"), 1), "measured": bool(m in {r["windows"] for r in chosen})})
+        out[f"{total:.0e}"] = rows
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
@@ -162,9 +245,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--nprobe", type=int, nargs="+", default=NPROBES)
     parser.add_argument("--nlist", type=int, default=None, help="IVF lists (default: auto_nlist of the size, as a collection)")
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--hnsw-quantizer-from", type=int, default=10**8,
+                        help="sizes from this up give the IVF an HNSW coarse quantizer (flat below, as a collection)")
     parser.add_argument("--data", type=Path, default=audio_codes.SHARED_DATA)
     parser.add_argument("--windows", type=Path, default=None, help="an embedded-windows .npz (default: embed --data once)")
     parser.add_argument("--cache", type=Path, default=audio_codes.CACHE)
+    parser.add_argument("--no-timing-lock", action="store_true", help="tests: time without /tmp/recall-timing.lock")
     parser.add_argument("--answers", action="store_true", help="keep each IVF run's answers in the cache (tests)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -199,13 +285,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for n in args.sizes:
         spec = {"windows": n, "width": width, "codes": str(path), "queries": str(work / "queries.npy"),
                 "truth": str(work / f"truth-{n}.npz"), "clients": args.clients, "flat_sample": args.flat_sample,
-                "nprobes": args.nprobe, "nlist": args.nlist or auto_nlist(n), "answers": str(work) if args.answers else None}
+                "nprobes": args.nprobe, "nlist": args.nlist or auto_nlist(n),
+                "quantizer": "hnsw" if n >= args.hnsw_quantizer_from else "flat", "answers": str(work) if args.answers else None,
+                "lock": not args.no_timing_lock}
         for kind in ("flat", "ivf"):
             got = run_child({**spec, "kind": kind})
             for row in got if isinstance(got, list) else [got]:
                 result["runs"].append(row)
                 print(json.dumps(row), flush=True)
             result["verdicts"] = choose(result["runs"])
+            result["sizing_model"] = sizing(result["runs"], cluster_overhead_ms())
             result["load_average_end"] = list(os.getloadavg())
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=1) + "\n")

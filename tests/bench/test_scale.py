@@ -40,7 +40,7 @@ def test_tie_tolerant_recall_by_hand() -> None:
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     tmp = tmp_path_factory.mktemp("scale")
     out = tmp / "scale.json"
-    result = main(["--sizes", str(N), "--queries", "30", "--nlist", "64", "--nprobe", "1", "4", "64", "--clients", "4",
+    result = main(["--sizes", str(N), "--queries", "30", "--nlist", "64", "--nprobe", "1", "4", "64", "--clients", "4", "--no-timing-lock",
                    "--windows", str(fake_windows(tmp / "windows.npz")), "--cache", str(tmp / "cache"), "--answers",
                    "--out", str(out)])
     assert json.loads(out.read_text())["runs"] == json.loads(json.dumps(result["runs"]))
@@ -85,3 +85,18 @@ def test_generated_codes_are_reproducible_per_chunk(tmp_path: Path) -> None:
     assert not np.array_equal(recipe.chunk(3, rows=500), recipe.chunk(4, rows=500))
     # calibrated: a generated code is about as far from its source as a real window from its nearest other clip
     assert 0 < recipe.sigma < 4
+
+
+def test_hnsw_coarse_quantizer_keeps_the_ivf_answering_exactly_at_full_probe() -> None:
+    from app.index import BinaryIVF
+    from bench.index.scale import hnsw_quantizer
+
+    recipe = audio_codes.load_recipe(fake_windows(Path(pytest.importorskip("tempfile").mkdtemp()) / "w.npz"))
+    codes = recipe.chunk(0, rows=8000)
+    ivf = BinaryIVF.train(codes, 32)
+    measured = hnsw_quantizer(ivf, codes[:2000])
+    assert measured["same_distance"] > 0.95 and measured["hnsw_codes_per_s"] > 0
+    ivf.add(np.arange(len(codes)), codes)
+    d, ids = ivf.search(codes[:5], 10, nprobe=32)  # every list probed: the exact answer
+    exact = np.sort(np.stack([audio_codes.hamming(codes, q[None]) for q in codes[:5]]), axis=1)[:, :10]
+    assert np.array_equal(d, exact) and (ids[:, 0] >= 0).all()
