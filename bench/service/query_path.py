@@ -224,17 +224,17 @@ async def _run_phases(server: Server, reqs: dict[str, list[Req]], texts: list[Re
     out: dict[str, Any] = {"server_stack": server.stack}
     await run_load(server.url, reqs["wav16k"], 1, 30, 30, kind=CLIENT)  # warm-up: first-touch costs are not a user's
     if profile is not None:  # one client, py-spy attached: where each millisecond goes
-        phases = [("wav", reqs["wav16k"])]
-        if texts:  # sentences the text phase below does not send (its cache stays cold)
-            phases.append(("text", texts[len(texts) // 2:]))
+        phases = [("wav", reqs["wav16k"], 400)]  # clips may repeat: nothing caches an audio query
+        if texts:  # sentences the text phase below does not send (its cache stays cold), each once
+            phases.append(("text", texts[len(texts) // 2:], len(texts) - len(texts) // 2 - 5))
             await run_load(server.url, texts[-5:], 1, 5, 30, kind=CLIENT)  # loads nothing new; first-touch costs
             texts = texts[:len(texts) // 2]
             texts_stage1 = texts_stage1[:len(texts_stage1) // 2]
-        for phase, requests in phases:
+        for phase, requests, total in phases:
             stem = profile.with_name(f"{profile.name}_{phase}")
             spy = _start_profile(server, stem)
             await asyncio.sleep(1.0)  # let py-spy attach
-            run = await measured(server, requests, 1, min(400, len(requests) - 5), 60)
+            run = await measured(server, requests, 1, total, 60)
             _stop_profile(spy)
             out[f"profile_{phase}"] = {"run": run, "breakdown": breakdown(stem.with_suffix(".txt"), run["n"], PROFILE_RATE_HZ)}
     if "audio" not in skip:
