@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from app.cluster.ray_runtime import NAMESPACE, ensure_ray
+from app.cluster.ray_runtime import GATE, NAMESPACE, Reconnecting, ensure_ray
 from app.cluster.topk import merge_topk
 from app.errors import Unhealthy
 from app.index import BinaryIndex, FloatIndex
@@ -114,17 +114,21 @@ class RemoteCollectionIndex:
 
         start = time.monotonic()
         deadline = start + (self.timeout_s if timeout is None else timeout)
-        refs = [getattr(actor, method).remote(*args) for actor in self.actors]
         results: list[Any] = []
         missing: list[tuple[int, str]] = []
-        for number, ref in enumerate(refs):
-            try:
-                results.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
-            except (rex.GetTimeoutError, rex.RayActorError, rex.RayTaskError, rex.RaySystemError) as exc:
-                ray.cancel(ref, force=False)
-                reason = _miss_reason(exc)
-                missing.append((number, reason))
-                results.append(None)
+        try:
+            with GATE.use():
+                refs = [getattr(actor, method).remote(*args) for actor in self.actors]
+                for number, ref in enumerate(refs):
+                    try:
+                        results.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
+                    except (rex.GetTimeoutError, rex.RayActorError, rex.RayTaskError, rex.RaySystemError) as exc:
+                        ray.cancel(ref, force=False)
+                        missing.append((number, _miss_reason(exc)))
+                        results.append(None)
+        except Reconnecting:  # the head was restarted: these actors are gone; the collection reopens shortly
+            missing = [(n, "is being reopened on the restarted Ray head") for n in range(len(self.actors))]
+            results = [None] * len(self.actors)
         if missing:
             with self._lock:
                 self._failures.append((start, time.monotonic(), tuple(missing)))

@@ -142,19 +142,61 @@ def test_one_token_source_at_a_time():
         ClusterSettings(ray_auth_token="a", ray_auth_token_file="/b")
 
 
-def test_readyz_is_not_ready_once_the_head_is_lost(tmp_path, pg_url):
-    lost = RayHead(cpus=1).start()  # its own head: this test kills it
+def _search(url: str, clip: bytes) -> httpx.Response:
+    return httpx.post(f"{url}/v1/collections/w/search", files={"file": ("q.wav", clip)}, data={"k": "1", "mode": "float"},
+                      timeout=60)
+
+
+def test_a_lost_head_makes_the_api_503_and_a_restarted_one_is_rejoined(tmp_path, pg_url):
+    lost = RayHead(cpus=2).start()  # its own head: this test kills it and starts it again on the same port
+    snaps = tmp_path / "snaps"
     try:
-        api = serve(tmp_path / "data", pg_url, **lost.env())
+        api = serve(tmp_path / "data", pg_url, **lost.env(), RECALL_INDEX_SHARDS="1",
+                    RECALL_CLUSTER__SHARD_SNAPSHOT_S="0.5", RECALL_CLUSTER__SHARD_SNAPSHOT_DIR=str(snaps))
         try:
             assert httpx.get(f"{api.url}/readyz").status_code == 200
+            assert httpx.post(f"{api.url}/v1/collections", json={"name": "w", "modality": "audio"}).status_code == 201
+            clips = {f"h{n}": tone_wav(240.0 + 97 * n, seconds=1.5) for n in range(4)}
+            for name, clip in clips.items():
+                assert httpx.post(f"{api.url}/v1/collections/w/items", files={"files": (f"{name}.wav", clip)},
+                                  data={"ids": name}, timeout=60).status_code == 200
+            assert _search(api.url, clips["h1"]).json()["results"][0]["id"] == "h1"
+            deadline = time.time() + 20
+            while not list(snaps.rglob("w.binary.faiss")):  # the shard snapshotted its partition on its node
+                assert time.time() < deadline, "no shard snapshot written"
+                time.sleep(0.2)
+
             lost.kill()
             deadline = time.time() + 20
             while (ready := httpx.get(f"{api.url}/readyz")).status_code == 200:
                 assert time.time() < deadline, "still ready 20 s after the head died"
                 time.sleep(0.2)
-            assert ready.status_code == 503
             assert any(f"the Ray head at {lost.address} cannot be reached" in r for r in ready.json()["reasons"]), ready.json()
+            # meanwhile: the shard's process may outlive its head for a while and answer whole, else a 503 with
+            # Retry-After naming it; never a short list, never a 500
+            for _ in range(5):
+                answer = _search(api.url, clips["h1"])
+                if answer.status_code == 200:
+                    assert answer.json()["results"][0]["id"] == "h1"
+                else:
+                    assert answer.status_code == 503 and answer.headers["retry-after"] == "2", answer.text
+                    assert answer.json()["error"]["details"]["missing_shards"] == [1]
+
+            lost.proc.wait()
+            lost.start()  # the same address, a new (empty) Ray cluster
+            deadline = time.time() + 90
+            while httpx.get(f"{api.url}/readyz").status_code != 200 or _search(api.url, clips["h1"]).status_code != 200:
+                assert api.proc.poll() is None and time.time() < deadline, "the API did not recover on the restarted head"
+                time.sleep(0.5)
+            # the same process, not restarted: its shard was started again on the new head and holds every item
+            assert api.proc.poll() is None
+            for name, clip in clips.items():
+                hit = _search(api.url, clip).json()["results"][0]
+                assert hit["id"] == name and hit["distance"] < 1e-4
+            late = tone_wav(1777.0, seconds=1.5)
+            assert httpx.post(f"{api.url}/v1/collections/w/items", files={"files": ("late.wav", late)},
+                              data={"ids": "late"}, timeout=60).status_code == 200
+            assert _search(api.url, late).json()["results"][0]["id"] == "late"
         finally:
             api.kill()
     finally:
