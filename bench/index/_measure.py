@@ -77,6 +77,12 @@ def peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process, all threads (a build's wall time on a busy machine overstates it)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def current_rss_bytes() -> int:
     with open("/proc/self/status") as status:
         for line in status:
