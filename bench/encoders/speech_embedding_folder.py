@@ -141,7 +141,7 @@ def build(out: Path = DEFAULT_OUT) -> Path:
         "description": "Google's speech_embedding, mean of its 775 ms spans over a 1 s window (composed by "
                        "bench/encoders/speech_embedding_folder.py)",
         "audio": {"model": "model.onnx", "sample_rate": SAMPLE_RATE, "window_s": WINDOW_S, "hop_s": HOP_S,
-                  "input": "waveform"},
+                  "input": "waveform", "pad": "centre"},
         "files": {"model.onnx": hashlib.sha256((out / "model.onnx").read_bytes()).hexdigest()},
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")

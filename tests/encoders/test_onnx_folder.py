@@ -47,11 +47,18 @@ def test_audio_folder_embeds_like_the_torch_module_and_pads_short_windows(folder
     rng = np.random.default_rng(1)
     window = int(SAMPLE_RATE * WINDOW_S)
     windows = [rng.standard_normal(window).astype(np.float32) for _ in range(40)] + [np.ones(300, np.float32)]
-    padded = np.stack([np.pad(w, (0, window - len(w))) for w in windows])
+    # a short window sits centred in the zeros by default, as the built-in encoders place a short clip
+    padded = np.stack([np.pad(w, ((window - len(w)) // 2, window - len(w) - (window - len(w)) // 2)) for w in windows])
     expected = unit(folders["model"](torch.from_numpy(padded)))
     emb = encoder.encode(windows)  # 41 windows: two batches of the encoder's 32
     assert np.abs(emb.floats - expected).max() < 1e-5
     assert emb.codes.shape == (41, DIM // 8)
+    # "pad": "end" puts the samples first
+    folder, _ = audio_folder(folders["root"] / "tiny-audio-end", audio={
+        "model": "audio.onnx", "sample_rate": SAMPLE_RATE, "window_s": WINDOW_S, "hop_s": WINDOW_S / 2, "pad": "end"})
+    at_end = unit(folders["model"](torch.from_numpy(np.pad(windows[-1], (0, window - len(windows[-1])))[None])))
+    assert np.abs(load_folder(folder).encode(windows[-1:]).floats - at_end).max() < 1e-5
+    assert np.abs(at_end - expected[-1:]).max() > 1e-3  # the placement matters to this model
 
 
 def test_check_reports_what_the_folder_holds(folders, capsys):
