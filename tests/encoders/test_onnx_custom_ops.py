@@ -48,6 +48,36 @@ def test_a_named_library_runs_the_models_custom_op(tmp_path, library):
     assert encoder.describe()["custom_ops"]["library"] == LIBRARY
 
 
+def test_the_service_lists_the_library_and_searches_with_the_op(tmp_path, library):
+    import io
+
+    import soundfile as sf
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from tests.conftest import make_settings
+    from tests.encoders.onnx_models import SAMPLE_RATE
+
+    custom_op_folder(tmp_path / "encoders" / "tiny-custom", library)
+    settings = make_settings(tmp_path, encoders={"default_audio": "audio-baseline", "default_image": "image-baseline",
+                                                 "onnx_dir": str(tmp_path / "encoders")})
+    waves = np.random.default_rng(2).uniform(-0.5, 0.5, (3, SAMPLES)).astype(np.float32)
+    with TestClient(create_app(settings)) as client:
+        row = next(r for r in client.get("/v1/encoders").json()["data"] if r["name"] == "tiny-custom")
+        assert row["custom_ops"] == {"library": LIBRARY, "domains": [DOMAIN]}
+        assert client.post("/v1/collections", json={"name": "c", "modality": "audio", "encoder": "tiny-custom"}).status_code == 201
+        for i, wave in enumerate(waves):
+            buffer = io.BytesIO()
+            sf.write(buffer, wave, SAMPLE_RATE, format="WAV", subtype="FLOAT")
+            response = client.post("/v1/collections/c/items", files={"files": (f"w{i}.wav", buffer.getvalue())}, data={"ids": f"w{i}"})
+            assert response.status_code == 200, response.text
+        results = client.post("/v1/collections/c/search", json={"item_id": "w1", "k": 2, "mode": "float"}).json()["results"]
+        vectors = reference(waves)
+        expected = sorted((float(1 - vectors[j] @ vectors[1]), f"w{j}") for j in (0, 2))
+        assert [r["id"] for r in results] == [key for _, key in expected]
+        assert np.allclose([r["distance"] for r in results], [d for d, _ in expected], atol=1e-5, rtol=0)
+
+
 def test_without_custom_ops_in_the_manifest_the_op_is_refused_by_name(tmp_path):
     error = _problem(custom_op_folder(tmp_path / "plain", None))
     assert error.kind == "custom_op" and error.details["problem"] == "custom_op"

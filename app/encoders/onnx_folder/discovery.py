@@ -59,7 +59,10 @@ def folder_entry(directory: Path, load_checkpoint: Callable[[Path], Any] | None 
     return {"name": manifest.name, "modality": manifest.modality, "version": version, "factory": factory,
             "info": {"licence": manifest.licence, "source": manifest.source, "family": manifest.family,
                      "description": manifest.description,
-                     "dim": manifest.dim, **({} if manifest.family == "checkpoint" else {"bits": manifest.bits})}}
+                     "dim": manifest.dim, **({} if manifest.family == "checkpoint" else {"bits": manifest.bits}),
+                     # native code the service loads for this folder (app/encoders/onnx_folder/custom_ops.py)
+                     **({} if manifest.custom_ops is None else {"custom_ops": {
+                         "library": manifest.custom_ops.library, "domains": list(manifest.custom_ops.domains)}})}}
 
 
 def entries(root: Path, *, include_unlisted: bool = False,
