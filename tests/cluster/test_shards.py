@@ -167,7 +167,7 @@ def test_ray_shards_serve_the_api_and_survive_a_killed_shard(tmp_path, pg_url, r
         thread = threading.Thread(target=stream)
         thread.start()
         time.sleep(0.5)
-        ray.kill(victim, no_restart=False)  # Ray restarts it; it rebuilds its partition from PostgreSQL
+        ray.kill(victim, no_restart=False)  # Ray restarts it: from its snapshot if it wrote one yet, else PostgreSQL
         deadline = time.time() + 60
         while time.time() < deadline:
             try:
