@@ -116,6 +116,17 @@ class ClusterSettings(BaseModel):
         description="How long one search waits for an index shard actor (which first replays the catalog up to "
         "the latest write) before counting it missing: 503, or a marked partial result on request.",
     )
+    shard_snapshot_s: float = Field(
+        30.0, ge=0,
+        description="How often an index shard actor writes a snapshot of its partition when it has changed (0: never). "
+        "A restarted shard loads it and replays only the catalog's writes since, instead of its whole partition.",
+    )
+    shard_snapshot_dir: Path | None = Field(
+        None,
+        description="Where shard actors keep their snapshots, on the Ray node they run on (one sub-folder per shard); "
+        "unset: recall-shards under the node's temporary folder. A persistent or shared volume keeps them across "
+        "node restarts; a shard started where its snapshot is not rebuilds from the catalog.",
+    )
     tombstone_retention_s: float = Field(
         3600.0, gt=0,
         description="Cluster mode keeps deletion records this long for replicas to replay; a replica (API process "
