@@ -15,7 +15,7 @@ from app.api.error_docs import finish_openapi
 from app.api.error_handlers import install_error_handlers
 from app.api.job_gate import JobGate
 from app.api.middleware import BodyLimit, RouteTimer
-from app.api.rate_limit import RateLimiter
+from app.api.rate_limit import build_limiter
 from app.api.routes import collections, health, items, keys as key_routes, search
 from app.metrics import gauge
 from app.settings import Settings
@@ -79,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 watch.cancel()
             await jobs.stop()
             await services.stop()
+            getattr(app.state.guard.limiter, "close", lambda: None)()  # the shared counters' connection
 
     app = FastAPI(
         title="Recall",
@@ -92,7 +93,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     keys = KeyRing(KeyFile(settings.resolved_keys_file()), [k.get_secret_value() for k in settings.api_keys])
     # who may call what (scopes), and how often (token buckets): the /v1 routers' dependency uses it
-    app.state.guard = Guard(keys, RateLimiter(settings.limits.rate_per_s, settings.limits.rate_burst))
+    # in cluster mode the buckets live in the shared catalog, so the rate holds for the whole cluster
+    app.state.guard = Guard(keys, build_limiter(settings.limits.rate_per_s, settings.limits.rate_burst, settings.catalog_url))
     app.state.job_gate = JobGate(settings.limits.max_pending_jobs)
     # Routes are matched in the order they are included, so the hottest route (search) comes first:
     # FastAPI walked ~28 route patterns before reaching it, a third of a search request's framework

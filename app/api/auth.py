@@ -21,7 +21,7 @@ from starlette.datastructures import Headers
 from starlette.routing import compile_path, get_route_path
 
 from app.api.middleware import send_error
-from app.api.rate_limit import RateLimiter, retry_after_header
+from app.api.rate_limit import RateLimiter, SharedRateLimiter, retry_after_header
 from app.errors import Forbidden, RateLimited, ServiceError, Unauthorized
 from app.usecases.keys import KeyRecord, KeyRing
 
@@ -86,16 +86,17 @@ class Guard:
     (:meth:`refuse_unruled`) catches what no rule matched: a /v1 route added without a rule.
     """
 
-    def __init__(self, keys: KeyRing, limiter: RateLimiter) -> None:
+    def __init__(self, keys: KeyRing, limiter: RateLimiter | SharedRateLimiter) -> None:
         self.keys = keys
         self.limiter = limiter
 
-    def check(self, method: str, path: str, headers: Headers, address: str) -> None:
+    async def check(self, method: str, path: str, headers: Headers, address: str) -> None:
         needed = required_scopes(method, path) - {PUBLIC}
         if not needed:
             return
         client = self.authorize(needed, headers, address)
-        wait = self.limiter.take(client)
+        # in cluster mode one round trip to the catalog's shared bucket (app/api/rate_limit.py)
+        wait = await self.limiter.take_async(client)
         if wait > 0:
             raise RateLimited(
                 f"too many requests from this {'key' if client.startswith('key:') else 'address'}: "
@@ -143,7 +144,7 @@ class GuardMiddleware:
         if path.startswith("/v1/"):
             client = scope.get("client")
             try:
-                self.guard.check(scope["method"], path, Headers(scope=scope), client[0] if client else "unknown")
+                await self.guard.check(scope["method"], path, Headers(scope=scope), client[0] if client else "unknown")
             except ServiceError as error:
                 await send_error(send, error)
                 return

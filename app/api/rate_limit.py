@@ -1,5 +1,9 @@
 """Per-client token buckets: a client over its rate gets 429 with Retry-After.
 
+Embedded mode keeps the buckets in the process (:class:`RateLimiter`). Cluster mode (a shared
+PostgreSQL catalog) keeps them in the catalog so the rate holds for the whole cluster, not per
+API process (:class:`SharedRateLimiter`, app/storage/rate_counters.py).
+
 A client is its API key's id (``rk_<id>_…``; ``env-<n>`` for a plain key from settings), or its
 address when keys are off. Each bucket holds up to ``burst`` tokens and refills at ``rate`` tokens
 per second; a request takes one. Buckets are kept only while they are below ``burst``: a full
@@ -8,10 +12,14 @@ bucket is the same as no bucket, so the table stays small whatever the number of
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
 
 PRUNE_AT = 10_000  # buckets kept before the full ones are dropped
 
@@ -44,6 +52,9 @@ class RateLimiter:
                 self._prune(now)
             return 0.0
 
+    async def take_async(self, client: str) -> float:
+        return self.take(client)
+
     def _prune(self, now: float) -> None:
         full = [c for c, (tokens, when) in self._buckets.items() if tokens + (now - when) * self.rate >= self.burst]
         for client in full:
@@ -51,6 +62,91 @@ class RateLimiter:
 
     def __len__(self) -> int:
         return len(self._buckets)
+
+
+class SharedRateLimiter:
+    """Cluster mode: each client's bucket is a row in the PostgreSQL catalog, shared by every replica.
+
+    One statement per request on a connection of its own (``counters``: app/storage/rate_counters.py).
+    When the catalog cannot be reached (or does not answer within ``timeout_s``) the request is
+    decided by this process's own bucket (``local``, same rate and burst), and the catalog is left
+    alone for ``backoff_s``. That fails open to the per-process limit rather than closed: the
+    limit protects the service from a client, it is not a bill, and a PostgreSQL restart already
+    answers writes with 503 while searches still work from the shards; refusing every request
+    for the length of the outage would turn it into a total one. During the outage a client can
+    make at most ``replicas x rate`` requests, the embedded limit per process, never unbounded.
+    """
+
+    def __init__(self, counters: Any, local: RateLimiter, timeout_s: float = 0.5, backoff_s: float = 2.0,
+                 prune_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.counters = counters
+        self.local = local
+        self.timeout_s = timeout_s
+        self.backoff_s = backoff_s
+        self.prune_s = prune_s
+        self.clock = clock
+        self.local_decisions = 0  # requests decided by the fallback (while the catalog was unreachable)
+        self._down_until = 0.0
+        self._pruned_at = clock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock: asyncio.Lock | None = None
+
+    # rate and burst are the local bucket's, so the two never disagree
+    rate = property(lambda self: self.local.rate, lambda self, v: setattr(self.local, "rate", v))
+    burst = property(lambda self: self.local.burst, lambda self, v: setattr(self.local, "burst", v))
+
+    @property
+    def enabled(self) -> bool:
+        return self.local.enabled
+
+    def _serialised(self) -> asyncio.Lock:
+        """One statement at a time on the connection; a new event loop (a test client) starts afresh."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop or self._lock is None:
+            self.counters.drop()  # an async connection belongs to the loop that opened it
+            self._loop, self._lock = loop, asyncio.Lock()
+        return self._lock
+
+    async def take_async(self, client: str) -> float:
+        if not self.enabled:
+            return 0.0
+        lock = self._serialised()
+        async with lock:
+            if self.clock() < self._down_until:
+                return self._locally(client)
+            try:
+                wait = await asyncio.wait_for(self.counters.take(client, self.rate, self.burst), self.timeout_s)
+                if self.clock() - self._pruned_at > self.prune_s:
+                    self._pruned_at = self.clock()
+                    await asyncio.wait_for(self.counters.prune(), self.timeout_s)
+                return wait
+            except Exception as exc:  # noqa: BLE001 - unreachable, restarting, timed out: decide locally
+                self.counters.drop()
+                self._down_until = self.clock() + self.backoff_s
+                log.warning("rate limit: the catalog's counters are unavailable (%s: %s); per-process buckets for %.0f s",
+                            type(exc).__name__, exc, self.backoff_s)
+                return self._locally(client)
+
+    def _locally(self, client: str) -> float:
+        self.local_decisions += 1
+        return self.local.take(client)
+
+    def take(self, client: str) -> float:
+        """The synchronous path has no connection to wait on: this process's bucket."""
+        return self._locally(client)
+
+    def close(self) -> None:
+        self.counters.drop()
+
+
+def build_limiter(rate: float, burst: int, catalog_url: str | None) -> RateLimiter | SharedRateLimiter:
+    """Per-process buckets in embedded mode; with a shared catalog, buckets in it for the whole cluster."""
+    local = RateLimiter(rate, burst)
+    if not catalog_url:
+        return local
+    from app.storage.rate_counters import RateCounters  # psycopg: cluster mode only
+
+    return SharedRateLimiter(RateCounters(catalog_url, connect_timeout_s=2.0), local)
 
 
 def retry_after_header(wait_s: float) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+JOB_ADMISSION_LOCK = 0x4A4F4253  # "JOBS": the advisory lock PostgreSQL admissions of new jobs take turns on
+
 
 class JobRows:
     """Job queries; mixed into the SQL catalog (which supplies ``_execute``, ``_transaction``, ``_lock``)."""
@@ -24,16 +26,36 @@ class JobRows:
 
         ``total`` defaults to the number of files (an imported, finished job has none left)."""
         with self._lock, self._transaction():  # type: ignore[attr-defined]
+            self._insert_job(job_id, collection, files, now, total)
+
+    def create_job_if_room(self, job_id: str, collection: str, files: list[tuple[str, str | None, dict[str, Any], bytes]],
+                           now: float, limit: int) -> int | None:
+        """:meth:`create_job` unless ``limit`` jobs are unfinished; then their number, and nothing stored.
+
+        Count and insert are one transaction, and on PostgreSQL every process's admissions take
+        turns on an advisory lock, so ``limits.max_pending_jobs`` holds for the whole cluster
+        (two replicas admitting at once cannot both take the last place)."""
+        with self._lock, self._transaction():  # type: ignore[attr-defined]
+            if self.dialect == "postgres":  # type: ignore[attr-defined]
+                self._execute("SELECT pg_advisory_xact_lock(?)", (JOB_ADMISSION_LOCK,))  # type: ignore[attr-defined]
+            pending = int(self._one("SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')")[0])  # type: ignore[attr-defined]
+            if pending >= limit:
+                return pending
+            self._insert_job(job_id, collection, files, now, None)
+        return None
+
+    def _insert_job(self, job_id: str, collection: str, files: list[tuple[str, str | None, dict[str, Any], bytes]], now: float,
+                    total: int | None) -> None:
+        self._execute(  # type: ignore[attr-defined]
+            "INSERT INTO jobs (id, collection, status, total, done, indexed, errors, created_at)"
+            " VALUES (?, ?, 'queued', ?, 0, 0, '[]', ?)",
+            (job_id, collection, len(files) if total is None else total, now),
+        )
+        for n, (filename, item_id, metadata, data) in enumerate(files):
             self._execute(  # type: ignore[attr-defined]
-                "INSERT INTO jobs (id, collection, status, total, done, indexed, errors, created_at)"
-                " VALUES (?, ?, 'queued', ?, 0, 0, '[]', ?)",
-                (job_id, collection, len(files) if total is None else total, now),
+                "INSERT INTO job_files (job_id, n, filename, item_id, metadata, data) VALUES (?,?,?,?,?,?)",
+                (job_id, n, filename, item_id, json.dumps(metadata), data),
             )
-            for n, (filename, item_id, metadata, data) in enumerate(files):
-                self._execute(  # type: ignore[attr-defined]
-                    "INSERT INTO job_files (job_id, n, filename, item_id, metadata, data) VALUES (?,?,?,?,?,?)",
-                    (job_id, n, filename, item_id, json.dumps(metadata), data),
-                )
 
     def get_job(self, job_id: str) -> dict[str, Any] | None:
         with self._lock:  # type: ignore[attr-defined]
@@ -94,6 +116,15 @@ class JobRows:
                  row[3] if errors is None else json.dumps(errors), error, job_id),
             )
             self._execute("DELETE FROM job_files WHERE job_id = ?", (job_id,))  # type: ignore[attr-defined]
+
+    def release_job(self, job_id: str, owner: str) -> bool:
+        """Put a job its runner could not finish back in the queue (the catalog failed mid-job); False
+        when another runner holds it now. Any runner may claim it again at once, no lease to wait out."""
+        with self._lock:  # type: ignore[attr-defined]
+            cur = self._execute(  # type: ignore[attr-defined]
+                "UPDATE jobs SET status = 'queued', owner = NULL, lease_until = NULL WHERE id = ? AND owner = ? AND status = 'running'",
+                (job_id, owner))
+        return cur.rowcount == 1
 
     def requeue_running_jobs(self) -> int:
         """Put every running job back in the queue: only for a catalog that one process owns (SQLite)."""

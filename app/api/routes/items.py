@@ -38,10 +38,8 @@ async def create_items(name: str, request: Request, services: ServicesDep, jobs:
     state = services.state(name)
     uploads = await ingest_uploads(request, services.settings.limits.max_files)
     if not wait or len(uploads) > services.settings.limits.sync_ingest_files:
-        gate = request.app.state.job_gate  # limits.max_pending_jobs: 429 with Retry-After when full
-        gate.admit(jobs.catalog.get_job)
-        job = jobs.submit(name, uploads)
-        gate.add(job["id"])
+        # limits.max_pending_jobs, counted in the catalog (cluster-wide): 429 with Retry-After when full
+        job = request.app.state.job_gate.submit(jobs, name, uploads)
         return JSONResponse(job, status_code=202, headers={"Location": f"/v1/jobs/{job['id']}"})
     report = await ingest(services, state, uploads)
     if not report.indexed:
