@@ -30,6 +30,14 @@ from app.worker.tasks import cancel_and_wait
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5  # how often an idle runner looks for jobs submitted to other processes
+MIN_BACKOFF_S = 0.5  # after a job met an unavailable catalog: the first wait before claiming again
+MAX_BACKOFF_S = 30.0  # ... doubling up to this (a PostgreSQL restart takes seconds, a failover longer)
+TRANSIENT_CODES = {"catalog_unavailable"}  # app/storage/postgres.py CatalogUnavailable: a retry will do
+
+
+def transient(exc: BaseException) -> bool:
+    """An error that says nothing about the job itself (its catalog is briefly away): retry, do not fail it."""
+    return getattr(exc, "code", None) in TRANSIENT_CODES
 
 
 class JobRunner:
@@ -40,6 +48,7 @@ class JobRunner:
         self.catalog = services.catalog
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease_s = services.settings.cluster.job_lease_s  # silent this long: presumed dead, taken over
+        self._backoff_s = 0.0  # grows while jobs keep meeting an unavailable catalog (_retry_later)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
 
@@ -79,14 +88,18 @@ class JobRunner:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
 
-    def submit(self, collection: str, uploads: list[Upload]) -> dict[str, Any]:
-        """Commit the job and its files, then wake the runner; returns its public state."""
+    def submit(self, collection: str, uploads: list[Upload], max_pending: int | None = None) -> tuple[dict[str, Any] | None, int]:
+        """Commit the job and its files, then wake the runner: (its public state, 0); with ``max_pending``
+        jobs already unfinished in the catalog (the cluster's, when shared): (None, their number)."""
         job_id = uuid.uuid4().hex[:16]
         files = [(u.filename, u.id, u.metadata, u.data) for u in uploads]
-        self.catalog.create_job(job_id, collection, files, time.time())
+        if max_pending is None:
+            self.catalog.create_job(job_id, collection, files, time.time())
+        elif (pending := self.catalog.create_job_if_room(job_id, collection, files, time.time(), max_pending)) is not None:
+            return None, pending
         if self._wake is not None:
             self._wake.set()
-        return self.public(job_id)
+        return self.public(job_id), 0
 
     def public(self, job_id: str) -> dict[str, Any]:
         job = self.catalog.get_job(job_id)
@@ -111,7 +124,11 @@ class JobRunner:
                 continue
             try:
                 await self._run(job_id)
+                self._backoff_s = 0.0
             except Exception as exc:  # noqa: BLE001 - a failed job is reported, the runner goes on
+                if transient(exc):
+                    await self._retry_later(job_id, exc)
+                    continue
                 log.exception("job %s failed", job_id)
                 try:
                     await asyncio.to_thread(self.catalog.finish_job, job_id, "failed", time.time(), error=str(exc))
@@ -137,8 +154,26 @@ class JobRunner:
             indexed=len(report.indexed), errors=report.errors, done=job["total"],
         )
 
+    async def _retry_later(self, job_id: str, exc: BaseException) -> None:
+        """The catalog failed mid-job (PostgreSQL restarting): the job goes back to the queue, not to 'failed'.
+
+        Nothing of the unfinished chunk was acknowledged and redoing the committed ones is an
+        upsert, so the retry is safe. The runner gives the job back (or, while the catalog is still
+        away, leaves its lease to lapse, after which any runner takes it over) and waits, doubling
+        the wait up to MAX_BACKOFF_S, so an outage is not met with a tight loop of claims."""
+        self._backoff_s = min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, 2 * self._backoff_s))
+        log.warning("job %s: the catalog is unavailable (%s); retrying in %.1f s", job_id, exc, self._backoff_s)
+        try:
+            await asyncio.to_thread(self.catalog.release_job, job_id, self.owner)
+        except Exception:  # noqa: BLE001 - still away: the lease lapses instead (cluster.job_lease_s)
+            log.info("job %s: could not give it back yet; its lease will lapse", job_id)
+        await asyncio.sleep(self._backoff_s)
+
     async def _heartbeat(self, job_id: str) -> None:
         """Renew the lease while a chunk is being encoded (a progress call comes only between chunks)."""
         while True:
             await asyncio.sleep(self.lease_s / 4)
-            await asyncio.to_thread(self.catalog.renew_job, job_id, self.owner, time.time() + self.lease_s)
+            try:
+                await asyncio.to_thread(self.catalog.renew_job, job_id, self.owner, time.time() + self.lease_s)
+            except Exception as exc:  # noqa: BLE001 - a missed renewal is not the job's failure; the next one may succeed
+                log.warning("job %s: could not renew its lease (%s)", job_id, exc)
