@@ -50,9 +50,26 @@ class IndexConfig(BaseModel):
     )
 
 
+class ShardIndexPublic(BaseModel):
+    """One cluster shard's index (each shard trains and swaps its own IVF)."""
+
+    shard: int = Field(description="1-based shard number")
+    answering: str | None = Field(description="flat or ivf on this shard (null: the shard did not answer)")
+    unavailable: bool = Field(False, description="the shard did not answer in time (restarting, or its node is gone)")
+    windows: int | None = Field(None, description="windows in this shard's partition")
+    building: bool = False
+    nlist: int | None = None
+    nprobe: int | None = None
+    trains_at: int | None = Field(None, description="windows of this shard's partition at which it trains its IVF")
+    trained_on: int | None = None
+    last_build_s: float | None = None
+    last_error: str | None = None
+
+
 class IndexPublic(BaseModel):
     kind: str = Field(description="auto, flat or ivf, as created")
-    answering: str | None = Field(description="the index that answers binary searches now: flat or ivf (null: no binary index here, or cluster shards)")
+    answering: str | None = Field(description="the index that answers binary searches now: flat or ivf; in cluster mode `mixed` "
+                                  "while the shards differ (see `shards`); null: no binary index here")
     building: bool = Field(False, description="an IVF is being trained in the background (flat or the previous IVF answers meanwhile)")
     nlist: int | None = None
     nprobe: int | None = None
@@ -64,6 +81,8 @@ class IndexPublic(BaseModel):
     float_file_bytes: int | None = Field(None, description="bytes of the memory-mapped float files (floats mmap; not in memory_bytes)")
     setting: IndexConfig | None = Field(None, description="the `index` setting as the collection was created (nlist and "
                                         "nprobe null where they were left to the service): what `recall reembed` copies")
+    shards: list[ShardIndexPublic] | None = Field(None, description="cluster mode (Ray shard actors): each shard's index; "
+                                                  "index.auto_ivf_windows counts each shard's partition")
 
 
 class CollectionCreate(BaseModel):

@@ -20,4 +20,4 @@ def open_shared_index(settings: Settings, catalog: CatalogProtocol, collection: 
         from app.cluster.remote_index import RemoteCollectionIndex
 
         return RemoteCollectionIndex.open(collection, settings)
-    return CollectionIndex.build(collection, catalog, settings.index.shards)
+    return CollectionIndex.build(collection, catalog, settings.index.shards, auto_windows=settings.index.auto_ivf_windows)

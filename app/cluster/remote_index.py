@@ -93,7 +93,7 @@ class RemoteCollectionIndex:
                 name=names[n], namespace=NAMESPACE, get_if_exists=True,
                 lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=cluster.shard_cpus,
             ).remote(settings.catalog_url, collection, n, count, settings.index.shards, snapshot_dir,
-                     cluster.shard_snapshot_s, names[n])
+                     cluster.shard_snapshot_s, names[n], settings.index.auto_ivf_windows)
             for n in range(count)
         ]
         self = cls(collection, actors, settings.cluster.shard_timeout_s)
@@ -210,6 +210,12 @@ class RemoteCollectionIndex:
     def shard_stats(self) -> list[dict[str, Any]]:
         return self._call("stats", strict=True)
 
+    def describe_index(self) -> dict[str, Any] | None:
+        """Which index answers on each shard, for GET /v1/collections/{name} (app/cluster/index_report.py)."""
+        from app.cluster.index_report import merge_shard_indices
+
+        return merge_shard_indices(self.collection.index_spec, self._call("stats"))
+
     def snapshot(self, catalog: Any) -> None:
         """Nothing to write: the shards rebuild from the catalog."""
 
@@ -237,13 +243,18 @@ def retire_shards(actors: list[Any]) -> None:
 class _RemoteKind:
     """One index kind across the shards."""
 
+    # the search pipeline passes a query's IVF nprobe to an index that takes one (app/search/pipeline.py)
+    takes_nprobe = True
+
     def __init__(self, owner: RemoteCollectionIndex, kind: str, cls: type) -> None:
         self.owner, self.kind, self.cls = owner, kind, cls
         self.dim = owner.collection.dim
         self.bits = owner.collection.bits
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        parts = self.owner._call("search", self.kind, np.ascontiguousarray(queries), int(k), self.owner.required_seq)
+    def search(self, queries: np.ndarray, k: int, nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The merged top k; ``nprobe`` (binary) goes to every shard, each IVF probing that many of its own lists."""
+        parts = self.owner._call("search", self.kind, np.ascontiguousarray(queries), int(k), self.owner.required_seq,
+                                 None if nprobe is None or self.kind != "binary" else int(nprobe))
         answered = [(p[0], p[1]) for p in parts if p is not None]
         if not answered:  # every shard missing: an empty (and recorded) answer
             return (np.full((len(queries), int(k)), self.cls.PAD_VALUE, dtype=self.cls.SCORE_DTYPE),

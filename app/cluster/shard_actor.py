@@ -13,6 +13,18 @@ actor (the actor's name, hashed: one owner per folder). When Ray restarts a dead
 ``__init__`` again, which loads that snapshot and replays only the catalog's writes after it
 (its own partition's rows); without a usable snapshot it rebuilds the partition from PostgreSQL.
 Either way nothing is lost, because nothing lives only here; the snapshot only makes it quick.
+
+Index kinds (app/index/kinds.py): the partition's binary codes live in the single-process
+:class:`~app.index.AdaptiveBinaryIndex` under the collection's index setting, so a shard answers
+from its exact flat index until its IVF is trained (on a background thread, FAISS releasing the
+GIL, so the actor keeps answering meanwhile) and swapped in atomically; deletes and upserts reach
+both structures under one mutex. ``auto_windows`` (index.auto_ivf_windows) counts this shard's
+partition, not the collection: the flat scan the threshold bounds is one shard's, since shards
+scan in parallel, so a cluster of n shards stays exact up to ~n times the single-process count;
+hashing balances partitions, so the shards of a collection cross it within a few per cent of each
+other, and none has to ask the others. A newly published IVF makes a snapshot due, so a restart
+loads it beside the flat codes instead of training it again; a snapshot without one (or with a
+stale one) trains a new one in the background while flat answers.
 """
 
 from __future__ import annotations
@@ -45,7 +57,7 @@ def snapshot_folder(root: str | None, actor: str) -> Path:
 
 class ShardActor:
     def __init__(self, catalog_url: str, collection: Collection, number: int, count: int, scan_threads: int = 1,
-                 snapshot_dir: str | None = None, snapshot_s: float = 0.0, actor: str = "") -> None:
+                 snapshot_dir: str | None = None, snapshot_s: float = 0.0, actor: str = "", auto_windows: int = 0) -> None:
         from app.storage.postgres import PostgresCatalog
 
         started = time.monotonic()
@@ -54,9 +66,10 @@ class ShardActor:
         self.folder = snapshot_folder(snapshot_dir, actor or f"{collection.name}:{collection.created_at!r}:{number}/{count}")
         if snapshot_s > 0:
             self.index, self.opened = CollectionIndex.open_partition(collection, self.catalog, self.folder, scan_threads,
-                                                                     (number, count))
+                                                                     (number, count), auto_windows)
         else:
-            self.index = CollectionIndex.build(collection, self.catalog, scan_threads, partition=(number, count))
+            self.index = CollectionIndex.build(collection, self.catalog, scan_threads, partition=(number, count),
+                                               auto_windows=auto_windows)
             self.opened = {"from": "catalog", "snapshot_seq": None, "replayed_to": self.index.applied_seq}
         self.opened["seconds"] = round(time.monotonic() - started, 4)
         self.snapshot_seq = self.opened["snapshot_seq"] if self.opened["from"] == "snapshot" else None
@@ -75,9 +88,11 @@ class ShardActor:
                 log.warning("shard %d/%d: snapshot not written (%s)", self.number + 1, self.count, exc)
 
     def snapshot(self) -> int | None:
-        """Write the partition's snapshot now if it changed since the last one; the sequence it holds."""
+        """Write the partition's snapshot now if it changed since the last one (new writes, or a newly
+        trained IVF: ``unsnapshotted``); the sequence it holds."""
         with self._snapshot_lock:
-            if not self._stop.is_set() and (self.snapshot_seq is None or self.index.applied_seq != self.snapshot_seq):
+            changed = self.snapshot_seq is None or self.index.applied_seq != self.snapshot_seq or self.index.unsnapshotted > 0
+            if not self._stop.is_set() and changed:
                 self.snapshot_seq = self.index.snapshot(None)  # no pruning: the shared tombstones expire by age
             return self.snapshot_seq
 
@@ -101,12 +116,17 @@ class ShardActor:
     def stats(self) -> dict[str, Any]:
         return {"shard": self.number, "segments": len(self.index), "memory_bytes": self.index.memory_bytes(),
                 "applied_seq": self.index.applied_seq, "pid": os.getpid(), "opened": self.opened,
-                "snapshot_seq": self.snapshot_seq}
+                "snapshot_seq": self.snapshot_seq, "index": self.index.describe_index()}
 
-    def search(self, kind: str, queries: np.ndarray, k: int, min_seq: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """This shard's top k under the cluster's tie rule (app/cluster/topk.py), and its size."""
+    def search(self, kind: str, queries: np.ndarray, k: int, min_seq: int,
+               nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+        """This shard's top k under the cluster's tie rule (app/cluster/topk.py), and its size.
+
+        ``nprobe``: the query's IVF override (binary only; ignored while flat answers)."""
         self._catch_up(min_seq)
         index = getattr(self.index, kind)
+        if kind == "binary" and nprobe is not None:
+            index = _Probing(index, int(nprobe))
         cls = BinaryIndex if kind == "binary" else FloatIndex
         scores, ids = ordered_topk(index, queries, k, ascending=cls.ASCENDING, pad_value=cls.PAD_VALUE)
         return scores, ids, len(self.index)
@@ -129,3 +149,19 @@ class ShardActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+class _Probing:
+    """A binary index seen through one query's nprobe, for :func:`ordered_topk` (which calls ``search(q, k)``)."""
+
+    def __init__(self, index: Any, nprobe: int) -> None:
+        self.index, self.nprobe = index, nprobe
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.search(queries, k, nprobe=self.nprobe)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def reconstruct(self, ids: np.ndarray) -> np.ndarray:
+        return self.index.reconstruct(ids)

@@ -177,8 +177,9 @@ def _map_top(collection: Collection, query: Query, options: SearchOptions, depth
 
 
 def _nprobe(index: CollectionIndex, options: SearchOptions) -> int | None:
-    """The query's nprobe for an in-process index that may hold an IVF (remote shards take none)."""
-    return options.nprobe if isinstance(index.binary, AdaptiveBinaryIndex) else None
+    """The query's nprobe for an index that may hold an IVF: in process, or cluster shards (``takes_nprobe``)."""
+    takes = isinstance(index.binary, AdaptiveBinaryIndex) or getattr(index.binary, "takes_nprobe", False)
+    return options.nprobe if takes else None
 
 
 def _scanned_bytes(index: CollectionIndex, options: SearchOptions, depth: int) -> int:

@@ -31,7 +31,7 @@ class SharedScan:
             members = [i for i, (_, _, p) in enumerate(batch) if p == nprobe]
             k = max(batch[i][1] for i in members)
             queries = np.stack([batch[i][0] for i in members])
-            # only an IVF-capable index takes nprobe; the float index and remote shards never get one
+            # only an IVF-capable index (in process or cluster shards) takes nprobe; the float index never gets one
             scores, ids = self.index.search(queries, k) if nprobe is None else self.index.search(queries, k, nprobe=nprobe)
             for row, i in enumerate(members):
                 out[i] = (scores[row, : batch[i][1]], ids[row, : batch[i][1]])

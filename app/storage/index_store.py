@@ -173,15 +173,16 @@ class CollectionIndex:
 
     @classmethod
     def build(cls, collection: Collection, catalog: Catalog, shards: int, partition: tuple[int, int] | None = None,
-              directory: Path | None = None) -> "CollectionIndex":
+              directory: Path | None = None, auto_windows: int = 0) -> "CollectionIndex":
         """Build from the catalog alone: cluster mode, where the catalog is shared.
 
         Every API process keeps its own copy and no snapshot files, since a snapshot file in a
         shared data directory would be written by several owners; rebuilding from PostgreSQL is
         the one source all of them agree on. A shard actor is the one owner of its partition and
-        passes the ``directory`` its snapshots go to (:meth:`open_partition`).
+        passes the ``directory`` its snapshots go to (:meth:`open_partition`). ``auto_windows`` is
+        index.auto_ivf_windows, counted against what this index holds (a shard: its partition).
         """
-        self = cls(collection, directory or Path("."), shards, partition)
+        self = cls(collection, directory or Path("."), shards, partition, auto_windows)
         self.snapshots = directory is not None
         target = catalog.last_seq(collection.name)
         for kind, _ in self.indices():
@@ -197,7 +198,7 @@ class CollectionIndex:
 
     @classmethod
     def open_partition(cls, collection: Collection, catalog: Catalog, directory: Path, shards: int,
-                       partition: tuple[int, int]) -> tuple["CollectionIndex", dict[str, Any]]:
+                       partition: tuple[int, int], auto_windows: int = 0) -> tuple["CollectionIndex", dict[str, Any]]:
         """A cluster shard's partition from its own snapshots plus the catalog's tail (the writes
         after the snapshot's sequence, this partition's rows only); the whole partition from the
         catalog when there is no usable snapshot. Returns the index and how it was opened.
@@ -206,7 +207,7 @@ class CollectionIndex:
         when it is ahead of the catalog (a catalog restored from an older dump), or when the
         partition's row count at the replayed sequence differs from the catalog's.
         """
-        self = cls(collection, directory, shards, partition)
+        self = cls(collection, directory, shards, partition, auto_windows)
         seqs = {self._load(kind) for kind, _ in self.indices()}
         target = catalog.last_seq(collection.name)
         seq = seqs.pop() if len(seqs) == 1 else None
@@ -219,7 +220,7 @@ class CollectionIndex:
             log.warning("%s shard %s: snapshot and catalog disagree after replay; rebuilding", collection.name, partition)
         elif seq is not None:
             log.warning("%s shard %s: snapshot at %d is ahead of the catalog (%d); rebuilding", collection.name, partition, seq, target)
-        built = cls.build(collection, catalog, shards, partition, directory)
+        built = cls.build(collection, catalog, shards, partition, directory, auto_windows)
         return built, {"from": "catalog", "snapshot_seq": seq, "replayed_to": built.applied_seq}
 
     def _partition_agrees(self, catalog: Catalog, attempts: int = 3) -> bool:
