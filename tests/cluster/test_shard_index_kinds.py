@@ -163,3 +163,103 @@ def test_auto_shards_answer_flat_until_their_partition_crosses_the_threshold(tmp
     finally:
         sharded.delete_files()
         catalog.close()
+
+
+@pytest.mark.slow
+def test_http_shows_each_shards_index_and_takes_a_query_nprobe(tmp_path, pg_url, ray_session):
+    """Through the API on Ray shards: GET /v1/collections/{name} lists each shard's index, and a search's
+    nprobe reaches the shards (at nlist the item distances are brute force's; at 1 they are not)."""
+    from fastapi.testclient import TestClient
+
+    from app.cluster.ray_runtime import NAMESPACE
+    from app.cluster.remote_index import catalog_prefix
+    from app.main import create_app
+    from tests.conftest import make_settings
+
+    settings = make_settings(tmp_path, catalog_url=pg_url, ray_address="auto", index_shards=2,
+                             cluster={"shard_timeout_s": 60.0})
+    catalog = PostgresCatalog(pg_url)
+    try:
+        with TestClient(create_app(settings)) as client:
+            created = client.post("/v1/collections", json={"name": "h", "modality": "audio",
+                                                           "index": {"kind": "ivf", "nlist": NLIST, "nprobe": 1}})
+            assert created.status_code == 201, created.text
+            body = created.json()
+            dim, bits = body["dim"], body["bits"]
+            index = body["index"]
+            assert index["answering"] == "flat" and index["trains_at"] == 10_000, index
+            assert [(s["shard"], s["answering"]) for s in index["shards"]] == [(1, "flat"), (2, "flat")]
+
+            rng = np.random.default_rng(3)
+            names = [f"i{n}" for n in range(300)]
+            for start in range(0, len(names), 50):
+                catalog.upsert_items("h", [
+                    NewItem(name, None, None, None, {}, np.zeros((WINDOWS, 2)),
+                            l2_normalise(rng.standard_normal((WINDOWS, dim)).astype(np.float32)),
+                            rng.integers(0, 256, (WINDOWS, bits // 8), dtype=np.uint8))
+                    for name in names[start:start + 50]])
+            probes = [f"q{n}" for n in range(6)]  # one window each: an item's distance is its nearest window's
+            catalog.upsert_items("h", [
+                NewItem(name, None, None, None, {}, np.zeros((1, 2)),
+                        l2_normalise(rng.standard_normal((1, dim)).astype(np.float32)),
+                        rng.integers(0, 256, (1, bits // 8), dtype=np.uint8)) for name in probes])
+
+            deadline = time.time() + 180
+            while True:
+                index = client.get("/v1/collections/h").json()["index"]
+                if index["answering"] == "ivf" and not index["building"] or time.time() > deadline:
+                    break
+                time.sleep(0.5)
+            assert index["answering"] == "ivf" and [s["answering"] for s in index["shards"]] == ["ivf", "ivf"], index
+            assert sum(s["windows"] for s in index["shards"]) == 300 * WINDOWS + len(probes)
+            assert index["setting"]["nlist"] == NLIST and index["nprobe"] == 1
+
+            parts = list(catalog.iter_segments("h", dim, bits))
+            seg_ids = np.concatenate([p[0] for p in parts])
+            unpacked = np.unpackbits(np.concatenate([p[2] for p in parts]), axis=1)
+            owner = catalog.segment_items("h", seg_ids)
+            differs = 0
+            for probe in probes:
+                code = catalog.item_segments("h", probe, dim, bits)[3][0]
+                distances = (unpacked != np.unpackbits(code)[None, :]).sum(axis=1)
+                nearest: dict[str, int] = {}
+                for sid, d in zip(seg_ids.tolist(), distances.tolist()):
+                    item = owner[sid][0]
+                    if item != probe:
+                        nearest[item] = min(d, nearest.get(item, d))
+                want = sorted(nearest.values())[:K]
+                got = {}
+                for nprobe in (NLIST, 1):
+                    response = client.post("/v1/collections/h/search", json={"item_id": probe, "mode": "binary",
+                                                                             "k": K, "nprobe": nprobe})
+                    assert response.status_code == 200, response.text
+                    got[nprobe] = [r["distance"] for r in response.json()["results"]]
+                assert got[NLIST] == want, probe
+                differs += got[1] != want
+            assert differs > 0  # one list of 16 misses neighbours of random codes: the override did reach the shards
+    finally:
+        catalog.close()
+        for actor in ray_session.util.list_named_actors(all_namespaces=True):
+            if actor["name"].startswith(catalog_prefix(pg_url)):
+                ray_session.kill(ray_session.get_actor(actor["name"], namespace=NAMESPACE), no_restart=True)
+
+
+def test_the_report_says_mixed_while_shards_differ_and_names_a_missing_shard():
+    from app.cluster.index_report import merge_shard_indices
+
+    def stat(answering, windows, trained_on=None, error=None):
+        index = {"kind": "auto", "answering": answering, "building": answering == "flat", "nlist": 16 if trained_on else None,
+                 "nprobe": 2 if trained_on else None, "trains_at": 10_000, "trained_on": trained_on, "last_build_s": None}
+        if error:
+            index["last_error"] = error
+        return {"segments": windows, "index": index}
+
+    spec = IndexSpec("auto")
+    found = merge_shard_indices(spec, [stat("ivf", 12_000, 11_000), stat("flat", 10_500, error="MemoryError: x"), None])
+    assert found["answering"] == "mixed" and found["building"] and found["trained_on"] is None and found["nlist"] is None
+    assert [(s["shard"], s["answering"]) for s in found["shards"]] == [(1, "ivf"), (2, "flat"), (3, None)]
+    assert found["shards"][2]["unavailable"] and found["last_error"] == "shard 2: MemoryError: x"
+    IndexPublic.model_validate({**found, "setting": spec.to_json()})
+    both = merge_shard_indices(spec, [stat("ivf", 12_000, 11_000), stat("ivf", 12_500, 11_900)])
+    assert both["answering"] == "ivf" and both["trained_on"] == 22_900 and both["nlist"] == 16 and not both["building"]
+    assert merge_shard_indices(IndexSpec("flat"), [{"segments": 3, "index": None}]) is None  # float only: nothing to say
