@@ -218,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
 
     loco = parse_loco(args.loco, tuple(sorted(set(CORPUS_OF.values()))))
     loco_runs = {row: run_info(directory, corpus) for row, corpus, directory in loco}  # refuse before measuring
+    for run in loco_runs.values():  # measured in this run, beside its baselines
+        run["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
     results: dict[str, dict[str, Any]] = {}
     for name, system in systems.items():
