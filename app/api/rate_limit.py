@@ -67,19 +67,21 @@ class RateLimiter:
 class SharedRateLimiter:
     """Cluster mode: each client's bucket is a row in the PostgreSQL catalog, shared by every replica.
 
-    One statement per request on a connection of its own (``counters``: app/storage/rate_counters.py).
-    When the catalog cannot be reached (or does not answer within ``timeout_s``) the request is
-    decided by this process's own bucket (``local``, same rate and burst), and the catalog is left
-    alone for ``backoff_s``. That fails open to the per-process limit rather than closed: the
-    limit protects the service from a client, it is not a bill, and a PostgreSQL restart already
-    answers writes with 503 while searches still work from the shards; refusing every request
-    for the length of the outage would turn it into a total one. During the outage a client can
-    make at most ``replicas x rate`` requests, the embedded limit per process, never unbounded.
+    One statement per request, on one of a few connections of its own (``connections``, each a
+    RateCounters: app/storage/rate_counters.py; one statement at a time on each, so a handful of
+    requests are in flight at once). When the catalog cannot be reached (or does not answer within
+    ``timeout_s``) the request is decided by this process's own bucket (``local``, same rate and
+    burst), and the catalog is left alone for ``backoff_s``. That fails open to the per-process
+    limit rather than closed: the limit protects the service from a client, it is not a bill, and
+    a PostgreSQL restart already answers writes with 503 while searches still work from the
+    shards; refusing every request for the length of the outage would turn it into a total one.
+    During the outage a client can make at most ``replicas x rate`` requests, the embedded limit
+    per process, never unbounded.
     """
 
-    def __init__(self, counters: Any, local: RateLimiter, timeout_s: float = 0.5, backoff_s: float = 2.0,
+    def __init__(self, connections: list[Any], local: RateLimiter, timeout_s: float = 0.5, backoff_s: float = 2.0,
                  prune_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.counters = counters
+        self.connections = connections
         self.local = local
         self.timeout_s = timeout_s
         self.backoff_s = backoff_s
@@ -89,7 +91,7 @@ class SharedRateLimiter:
         self._down_until = 0.0
         self._pruned_at = clock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock: asyncio.Lock | None = None
+        self._idle: asyncio.Queue | None = None
 
     # rate and burst are the local bucket's, so the two never disagree
     rate = property(lambda self: self.local.rate, lambda self, v: setattr(self.local, "rate", v))
@@ -99,33 +101,39 @@ class SharedRateLimiter:
     def enabled(self) -> bool:
         return self.local.enabled
 
-    def _serialised(self) -> asyncio.Lock:
-        """One statement at a time on the connection; a new event loop (a test client) starts afresh."""
+    def _idle_connections(self) -> asyncio.Queue:
+        """The connections not in use; a new event loop (a test client) starts afresh."""
         loop = asyncio.get_running_loop()
-        if loop is not self._loop or self._lock is None:
-            self.counters.drop()  # an async connection belongs to the loop that opened it
-            self._loop, self._lock = loop, asyncio.Lock()
-        return self._lock
+        if loop is not self._loop or self._idle is None:
+            self.close()  # an async connection belongs to the loop that opened it
+            self._loop, self._idle = loop, asyncio.Queue()
+            for counters in self.connections:
+                self._idle.put_nowait(counters)
+        return self._idle
 
     async def take_async(self, client: str) -> float:
         if not self.enabled:
             return 0.0
-        lock = self._serialised()
-        async with lock:
-            if self.clock() < self._down_until:
+        if self.clock() < self._down_until:
+            return self._locally(client)
+        idle = self._idle_connections()
+        counters = await idle.get()
+        try:
+            if self.clock() < self._down_until:  # it failed while this request waited for a connection
                 return self._locally(client)
-            try:
-                wait = await asyncio.wait_for(self.counters.take(client, self.rate, self.burst), self.timeout_s)
-                if self.clock() - self._pruned_at > self.prune_s:
-                    self._pruned_at = self.clock()
-                    await asyncio.wait_for(self.counters.prune(), self.timeout_s)
-                return wait
-            except Exception as exc:  # noqa: BLE001 - unreachable, restarting, timed out: decide locally
-                self.counters.drop()
-                self._down_until = self.clock() + self.backoff_s
-                log.warning("rate limit: the catalog's counters are unavailable (%s: %s); per-process buckets for %.0f s",
-                            type(exc).__name__, exc, self.backoff_s)
-                return self._locally(client)
+            wait = await asyncio.wait_for(counters.take(client, self.rate, self.burst), self.timeout_s)
+            if self.clock() - self._pruned_at > self.prune_s:
+                self._pruned_at = self.clock()
+                await asyncio.wait_for(counters.prune(), self.timeout_s)
+            return wait
+        except Exception as exc:  # noqa: BLE001 - unreachable, restarting, timed out: decide locally
+            counters.drop()
+            self._down_until = self.clock() + self.backoff_s
+            log.warning("rate limit: the catalog's counters are unavailable (%s: %s); per-process buckets for %.0f s",
+                        type(exc).__name__, exc, self.backoff_s)
+            return self._locally(client)
+        finally:
+            idle.put_nowait(counters)
 
     def _locally(self, client: str) -> float:
         self.local_decisions += 1
@@ -136,7 +144,11 @@ class SharedRateLimiter:
         return self._locally(client)
 
     def close(self) -> None:
-        self.counters.drop()
+        for counters in self.connections:
+            counters.drop()
+
+
+CONNECTIONS = 4  # statements in flight at once per process; PostgreSQL's max_connections counts them
 
 
 def build_limiter(rate: float, burst: int, catalog_url: str | None) -> RateLimiter | SharedRateLimiter:
@@ -146,7 +158,7 @@ def build_limiter(rate: float, burst: int, catalog_url: str | None) -> RateLimit
         return local
     from app.storage.rate_counters import RateCounters  # psycopg: cluster mode only
 
-    return SharedRateLimiter(RateCounters(catalog_url, connect_timeout_s=2.0), local)
+    return SharedRateLimiter([RateCounters(catalog_url, connect_timeout_s=2.0) for _ in range(CONNECTIONS)], local)
 
 
 def retry_after_header(wait_s: float) -> str:

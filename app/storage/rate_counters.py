@@ -16,8 +16,10 @@ A refused request changes nothing; its wait comes from the row as it was before 
 trip. A row whose ``tat`` has passed is a full bucket, the same as no row: :meth:`prune`
 deletes those, so the table holds only the clients active within the last ``burst / rate`` s.
 
-The table is a cache, not data: it is created on first use (``CREATE TABLE IF NOT EXISTS``, no
-migration) and losing it only refills every bucket. The connection is psycopg's async one, its
+The table is a cache, not data: it is created on first use (``CREATE UNLOGGED TABLE IF NOT
+EXISTS``, no migration) and losing it only refills every bucket. UNLOGGED: its updates write no
+WAL, so a request does not wait for a WAL flush (fsync) for its token; PostgreSQL empties the
+table after a crash, which is the same as every bucket full. The connection is psycopg's async one, its
 own (not the catalog's: a search must not wait behind an ingest's transaction for its token).
 """
 
@@ -27,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-CREATE = "CREATE TABLE IF NOT EXISTS rate_counters (client TEXT PRIMARY KEY, tat DOUBLE PRECISION NOT NULL)"
+CREATE = "CREATE UNLOGGED TABLE IF NOT EXISTS rate_counters (client TEXT PRIMARY KEY, tat DOUBLE PRECISION NOT NULL)"
 
 # %(t)s = 1 / rate, %(burst)s; allowed: the upsert returns a row; refused: the row as it was
 TAKE = """
@@ -42,6 +44,8 @@ SELECT (SELECT count(*) FROM up) AS allowed,
        (SELECT tat FROM rate_counters WHERE client = %(client)s) AS tat_before,
        (SELECT at FROM now) AS now
 """
+
+CREATE_LOCK = 0x52415445  # "RATE": the advisory lock the table's creation takes
 
 PRUNE = "DELETE FROM rate_counters WHERE tat < extract(epoch FROM clock_timestamp())"
 
@@ -62,7 +66,9 @@ class RateCounters:
     async def _connection(self) -> psycopg.AsyncConnection:
         if self._db is None or self._db.closed or self._db.broken:
             db = await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout_s)))
-            await db.execute(CREATE)
+            async with db.transaction():  # replicas starting together: CREATE ... IF NOT EXISTS races otherwise
+                await db.execute("SELECT pg_advisory_xact_lock(%s)", (CREATE_LOCK,))
+                await db.execute(CREATE)
             self._db = db
         return self._db
 

@@ -110,6 +110,24 @@ def test_with_the_catalog_unreachable_each_process_falls_back_to_its_own_bucket(
     limiter.close()
 
 
+def test_after_its_backoff_the_limiter_goes_back_to_the_catalog(pg_url):
+    limiter = build_limiter(0.01, 3, f"postgresql://postgres@127.0.0.1:{_closed_port()}/none")
+    limiter.backoff_s = 0.2
+
+    async def run() -> list[float]:
+        waits = [await limiter.take_async("c")]  # unreachable: decided locally
+        for counters in limiter.connections:
+            counters.url = pg_url  # the catalog is back
+        await asyncio.sleep(0.25)
+        return waits + [await limiter.take_async("c") for _ in range(4)]
+
+    waits = asyncio.run(run())
+    assert limiter.local_decisions == 1
+    # the catalog's bucket is fresh (burst 3): the local take while it was away is not counted there
+    assert waits == [0.0, 0.0, 0.0, 0.0, waits[-1]] and waits[-1] > 0
+    limiter.close()
+
+
 def test_embedded_mode_keeps_per_process_buckets(tmp_path):
     assert type(build_limiter(5.0, 10, None)) is RateLimiter
     with TestClient(create_app(make_settings(tmp_path, limits={"rate_per_s": 0.01, "rate_burst": 2}))) as client:
