@@ -122,16 +122,36 @@ class SharedRateLimiter:
             if self.clock() < self._down_until:  # it failed while this request waited for a connection
                 return self._locally(client)
             wait = await asyncio.wait_for(counters.take(client, self.rate, self.burst), self.timeout_s)
-            if self.clock() - self._pruned_at > self.prune_s:
-                self._pruned_at = self.clock()
-                await asyncio.wait_for(counters.prune(), self.timeout_s)
-            return wait
-        except Exception as exc:  # noqa: BLE001 - unreachable, restarting, timed out: decide locally
+        except asyncio.CancelledError:  # the client went away mid-statement: that connection's state is unknown
             counters.drop()
-            self._down_until = self.clock() + self.backoff_s
-            log.warning("rate limit: the catalog's counters are unavailable (%s: %s); per-process buckets for %.0f s",
-                        type(exc).__name__, exc, self.backoff_s)
+            raise
+        except Exception as exc:  # noqa: BLE001 - unreachable, restarting, timed out: decide locally
+            self._unavailable(counters, exc)
             return self._locally(client)
+        finally:
+            idle.put_nowait(counters)
+        if self.clock() - self._pruned_at > self.prune_s:
+            self._pruned_at = self.clock()
+            await self._prune()
+        return wait
+
+    def _unavailable(self, counters: Any, exc: BaseException) -> None:
+        counters.drop()
+        self._down_until = self.clock() + self.backoff_s
+        log.warning("rate limit: the catalog's counters are unavailable (%s: %s); per-process buckets for %.0f s",
+                    type(exc).__name__, exc, self.backoff_s)
+
+    async def _prune(self) -> None:
+        """Delete the full buckets' rows, now and then; a failure here changes no decision."""
+        idle = self._idle_connections()
+        counters = await idle.get()
+        try:
+            await asyncio.wait_for(counters.prune(), self.timeout_s)
+        except asyncio.CancelledError:
+            counters.drop()
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self._unavailable(counters, exc)
         finally:
             idle.put_nowait(counters)
 

@@ -41,6 +41,7 @@ def test_two_replicas_share_one_rate_budget(tmp_path, pg_url):
     with ExitStack() as stack:
         a, b = (stack.enter_context(TestClient(create_app(s))) for s in _apps(tmp_path, pg_url, rate_per_s=0.01, rate_burst=4))
         assert isinstance(a.app.state.guard.limiter, SharedRateLimiter)
+        a.app.state.guard.limiter.prune_s = 0.0  # A prunes after every take: live buckets are kept
         for client in (a, b, a, b):
             assert client.get("/v1/collections").status_code == 200
         # each replica has served 2 of its own burst of 4: alone it would still allow, together they refuse
@@ -85,6 +86,24 @@ def test_concurrent_takes_from_many_connections_never_spend_a_token_twice(pg_url
                 await c.close()
 
     assert asyncio.run(run()) == 20
+
+
+def test_prune_drops_only_full_buckets(pg_url):
+    import psycopg
+
+    async def run() -> int:
+        counters = RateCounters(pg_url, connect_timeout_s=2.0)
+        try:
+            await counters.take("slow", 0.001, 5)  # full again in 1000 s: a live bucket
+            await counters.take("fast", 1000.0, 1)  # full again in 1 ms: the same as no row
+            await asyncio.sleep(0.05)
+            return await counters.prune()
+        finally:
+            await counters.close()
+
+    assert asyncio.run(run()) == 1
+    with psycopg.connect(pg_url) as db:
+        assert [r[0] for r in db.execute("SELECT client FROM rate_counters")] == ["slow"]
 
 
 def _closed_port() -> int:
