@@ -15,7 +15,12 @@ Writes bench/results/fuzz.json: the duration, requests per phase and operation, 
 seen, and each failure with a curl line that reproduces it. Exits 1 when anything failed.
 
     python -m bench.reliability.fuzz --minutes 20
+    python -m bench.reliability.fuzz --minutes 20 --cluster     # bench/results/fuzz_cluster.json
     python -m bench.reliability.fuzz --minutes 2 --out /tmp/fuzz.json
+
+``--cluster``: the same against cluster mode as deployed, ``recall serve`` in its own process on a PostgreSQL
+catalog and two Ray index shard actors (PostgreSQL and a Ray head started on 127.0.0.1 for the run, as the
+cluster tests start them; needs the postgresql Debian package).
 
 tests/reliability/test_fuzz_api.py runs the same seeding, hooks and checks in bounded form in the suite.
 """
@@ -23,6 +28,7 @@ tests/reliability/test_fuzz_api.py runs the same seeding, hooks and checks in bo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -34,7 +40,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 
@@ -286,12 +292,35 @@ def _commit() -> str | None:
         return None
 
 
+@contextlib.contextmanager
+def cluster_service(tmp: Path) -> Iterator[str]:
+    """``recall serve`` in cluster mode (PostgreSQL catalog, Ray shard actors) with the fuzz's settings; its URL."""
+    from tests.cluster.pg_server import PgServer
+    from tests.cluster.ray_head import RayHead
+    from tests.cluster.serve import serve
+
+    pg, head, api = PgServer().start(), None, None
+    try:
+        head = RayHead(cpus=4).start()
+        api = serve(tmp / "data", pg.new_database(), **head.env(), RECALL_INDEX__SHARDS="2",
+                    RECALL_API_KEYS=KEY, RECALL_LIMITS__MAX_UPLOAD_BYTES=str(MAX_UPLOAD_BYTES),
+                    RECALL_LIMITS__SYNC_INGEST_FILES=str(SYNC_INGEST_FILES))
+        yield api.url
+    finally:
+        for stop in (api and api.kill, head and head.stop, pg.stop):
+            if stop:
+                stop()
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    results = Path(__file__).resolve().parents[1] / "results"
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--workers", type=int, default=1, help="schemathesis workers (concurrent requests)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "fuzz.json")
+    parser.add_argument("--cluster", action="store_true", help="against cluster mode (PostgreSQL + Ray), not embedded")
+    parser.add_argument("--out", type=Path, help="default: bench/results/fuzz.json (fuzz_cluster.json with --cluster)")
     args = parser.parse_args(argv)
+    args.out = args.out or results / ("fuzz_cluster.json" if args.cluster else "fuzz.json")
 
     import schemathesis
 
@@ -299,14 +328,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="recall-fuzz-") as tmp:
         settings = service_settings(Path(tmp) / "data")
-        with live_server(settings) as url:
+        with cluster_service(Path(tmp)) if args.cluster else live_server(settings) as url:
             seeded = seed(url)
             result = run_fuzz(url, args.minutes * 60, seeded, workers=args.workers)
+    mode = ("cluster (recall serve on a PostgreSQL catalog, 2 Ray index shard actors)" if args.cluster
+            else "embedded (SQLite catalog, in-process indices)")
     result = {
-        "what": "schemathesis (examples, coverage, fuzzing, stateful in cycles) against the embedded service",
+        "what": f"schemathesis (examples, coverage, fuzzing, stateful in cycles) against the {mode.split(' ')[0]} service",
         "command": "python -m bench.reliability.fuzz " + " ".join(argv if argv is not None else sys.argv[1:]),
         "commit": _commit(),
-        "service": {"mode": "embedded (SQLite catalog, in-process indices)", "encoders": settings.encoders.model_dump(),
+        "service": {"mode": mode, "encoders": settings.encoders.model_dump(),
                     "limits": {"max_upload_bytes": MAX_UPLOAD_BYTES, "sync_ingest_files": SYNC_INGEST_FILES},
                     "seeded": ["fz-audio (3 clips)", "fz-image (1 image)", "fz-scratch (empty, for DELETE)"]},
         "minutes_requested": args.minutes,
