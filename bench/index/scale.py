@@ -92,6 +92,10 @@ def child_ivf(spec: dict[str, Any]) -> list[dict[str, Any]]:
     n, width, path, nlist = spec["windows"], spec["width"], Path(spec["codes"]), spec["nlist"]
     queries = np.load(spec["queries"])
     truth = np.load(spec["truth"])
+    import faiss
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # build on one thread: on a shared, oversubscribed machine OpenMP's barriers wait out other jobs' time slices
     t, cpu = time.perf_counter(), cpu_seconds()
     # BinaryIVF.train samples TRAIN_POINTS_PER_LIST codes per list; rows are independent draws, so the file's
     # first rows are such a sample, read without touching the rest
@@ -102,6 +106,7 @@ def child_ivf(spec: dict[str, Any]) -> list[dict[str, Any]]:
         ivf.add(ids_of(start, len(codes)), codes)
         del codes
     build_s, build_cpu_s = time.perf_counter() - t, cpu_seconds() - cpu
+    faiss.omp_set_num_threads(threads)  # searches as the service runs them
     rss_built = current_rss_bytes()
     sizes = ivf.list_sizes()
     rows = []
@@ -157,8 +162,9 @@ def hnsw_quantizer(ivf: Any, sample: np.ndarray, m: int = 32, ef: int = 64) -> d
 
 def run_child(spec: dict[str, Any]) -> Any:
     """Run one (size, kind) in a fresh interpreter; its last stdout line is its JSON result."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # k-means' BLAS: one thread, as the build
     done = subprocess.run([sys.executable, "-m", "bench.index.scale", "--child", json.dumps(spec)],
-                          stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+                          stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2], env=env)
     if done.returncode != 0:
         raise RuntimeError(f"child {spec['kind']} at {spec['windows']} failed ({done.returncode})")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -238,6 +244,23 @@ def sizing(runs: list[dict[str, Any]], overhead_ms: float, shard_memory_gb: floa
     return out
 
 
+def merge(paths: list[Path], out: Path) -> dict[str, Any]:
+    """One result from runs made one size at a time (same codes file and queries), verdicts and sizing redone."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    if len({part["codes"]["cache_file"] for part in parts}) != 1:
+        raise ValueError("the parts were run on different code sets")
+    result = {**parts[0], "runs": [r for part in parts for r in part["runs"]],
+              "parts": [{"sizes": sorted({r["windows"] for r in part["runs"]}), "date": part["date"],
+                         "load_average_start": part["load_average_start"], "load_average_end": part.get("load_average_end")}
+                        for part in parts]}
+    for row in result["runs"]:
+        row.pop("chosen", None)
+    result["verdicts"] = choose(result["runs"])
+    result["sizing_model"] = sizing(result["runs"], cluster_overhead_ms())
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
@@ -254,8 +277,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-timing-lock", action="store_true", help="tests: time without /tmp/recall-timing.lock")
     parser.add_argument("--answers", action="store_true", help="keep each IVF run's answers in the cache (tests)")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--merge", type=Path, nargs="+", help="join the runs of several result files (one per size) into --out")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out)
     if args.child:
         spec = json.loads(args.child)
         print(json.dumps(child_flat(spec) if spec["kind"] == "flat" else child_ivf(spec)), flush=True)
