@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -73,9 +74,30 @@ def pg_server():
 
 
 @pytest.fixture
-def pg_url(pg_server) -> str:
-    """A fresh, empty PostgreSQL namespace for one test."""
-    return pg_server.new_database()
+def pg_url(pg_server) -> Iterator[str]:
+    """A fresh, empty PostgreSQL namespace for one test; its shard actors end with it."""
+    url = pg_server.new_database()
+    yield url
+    end_shard_actors(url)
+
+
+def end_shard_actors(catalog_url: str) -> None:
+    """Shard actors are detached (they outlive an API process) and each holds a share of the session Ray's 2
+    CPUs: left running, a few tests' worth would leave none for the next test's shards, which then wait forever."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return
+    from app.cluster.ray_runtime import NAMESPACE
+    from app.cluster.remote_index import catalog_prefix
+
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["name"].startswith(catalog_prefix(catalog_url)):
+            try:
+                ray.kill(ray.get_actor(actor["name"], namespace=NAMESPACE), no_restart=True)
+            except ValueError:  # gone meanwhile
+                pass
 
 
 @pytest.fixture
@@ -88,17 +110,11 @@ def backend_overrides(catalog_backend, request):
     if catalog_backend == "postgres":
         yield {"catalog_url": url}
         return
-    ray = request.getfixturevalue("ray_session")
+    request.getfixturevalue("ray_session")  # the session Ray the shards run on
     # a shard replays the catalog before its first answer: on a 2-core CI machine running the whole suite
     # that took over the service's 10 s once (a 503); the tests check answers, not that deadline
     yield {"catalog_url": url, "ray_address": "auto", "index_shards": 2, "cluster": {"shard_timeout_s": 60.0}}
-    # shard actors are detached (they outlive an API process): end this test's ones
-    from app.cluster.ray_runtime import NAMESPACE
-    from app.cluster.remote_index import catalog_prefix
-
-    for actor in ray.util.list_named_actors(all_namespaces=True):
-        if actor["name"].startswith(catalog_prefix(url)):
-            ray.kill(ray.get_actor(actor["name"], namespace=NAMESPACE), no_restart=True)
+    # its shard actors end with pg_url
 
 
 @pytest.fixture

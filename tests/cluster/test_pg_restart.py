@@ -24,7 +24,7 @@ from app.main import create_app
 from app.storage.postgres import CatalogUnavailable, PostgresCatalog
 from app.storage.records import Collection, NewItem
 from tests.cluster.pg_server import PgServer, available
-from tests.conftest import make_settings, tone_wav
+from tests.conftest import end_shard_actors, make_settings, tone_wav
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +66,17 @@ def _wait(condition, seconds: float) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.slow
-def test_postgres_restarts_lose_no_acknowledged_write_and_answer_503_meanwhile(tmp_path, own_pg, ray_session):
+@pytest.fixture
+def own_pg_url(own_pg):
+    """A database on this file's own PostgreSQL; the shard actors it gets end with the test."""
     url = own_pg.new_database()
+    yield url
+    end_shard_actors(url)
+
+
+@pytest.mark.slow
+def test_postgres_restarts_lose_no_acknowledged_write_and_answer_503_meanwhile(tmp_path, own_pg, own_pg_url, ray_session):
+    url = own_pg_url
     settings = make_settings(tmp_path, catalog_url=url, ray_address="auto", index_shards=2,
                              cluster={"shard_timeout_s": 60.0})
     clips = {f"c{n}": tone_wav(150.0 + 13 * n, seconds=1.0) for n in range(400)}
