@@ -163,9 +163,13 @@ def error_of(response) -> dict:
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray (2 CPUs) for the whole test session: starting Ray costs seconds and memory."""
+    """One local Ray for the whole test session: starting Ray costs seconds and memory.
+
+    It declares 8 CPUs on the 2-core machine: Ray's CPUs only place actors (each shard reserves 0.25, an
+    embedding worker up to 1), and with 2 a few shard actors still ending from earlier tests were enough to
+    leave a later test's new shards unplaced, waiting forever."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, namespace="recall", log_to_driver=False)
+        ray.init(num_cpus=8, include_dashboard=False, namespace="recall", log_to_driver=False)
     yield ray
     ray.shutdown()

@@ -1,6 +1,6 @@
 """Cluster mode as it is deployed: API processes that join a separately started Ray head.
 
-The rest of the suite runs Ray inside the test process (``ray.init(num_cpus=2)``), which never
+The rest of the suite runs Ray inside the test process (``ray.init(num_cpus=8)``), which never
 meets what a deployment meets: a head started by `ray start --head` as its own process, which turns
 token authentication on when it finds a token, and `recall serve` processes joining it by
 address. Here the head is exactly that (tests/cluster/ray_head.py, one per module and
