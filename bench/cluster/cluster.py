@@ -23,7 +23,6 @@ Starts a throwaway PostgreSQL (tests/cluster/pg_server.py) and a local Ray (2 CP
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -39,6 +38,7 @@ from app.settings import Settings
 from app.storage.catalog import Catalog
 from app.storage.index_store import CollectionIndex
 from app.storage.records import Collection, NewItem
+from bench.output import write_results
 
 BITS, DIM, WINDOWS_PER_ITEM, K = 256, 128, 10, 10
 
@@ -237,9 +237,7 @@ def main() -> None:
                 "(embedded) runs with synchronous=FULL as the service does",
         "results": results, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out, indent=2))
+    write_results(out, args.out)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ actors' threads at niceness 0.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
@@ -38,6 +37,7 @@ from app.cluster.remote_index import RemoteCollectionIndex
 from app.index import BinaryIndex, IndexSpec
 from app.settings import Settings
 from app.storage.records import Collection, NewItem
+from bench.output import write_results
 
 BITS, DIM, WINDOWS_PER_ITEM, K = 256, 8, 10, 10
 
@@ -173,9 +173,7 @@ def main() -> None:
                 "10,000-window floor count each shard's partition",
         "results": results, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out, indent=2))
+    write_results(out, args.out)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ find no difference. Writes bench/results/shard_restart.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -36,6 +35,7 @@ from app.cluster.ray_runtime import NAMESPACE
 from app.cluster.remote_index import RemoteCollectionIndex, actor_name
 from app.settings import Settings
 from app.storage.records import Collection, NewItem
+from bench.output import write_results
 
 BITS, DIM, WINDOWS_PER_ITEM = 256, 128, 10
 CHUNK_ITEMS = 1000  # items per catalog transaction while loading (10^4 windows)
@@ -180,9 +180,7 @@ def main() -> None:
                 "whole partition read).",
         "results": results, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out, indent=2))
+    write_results(out, args.out)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from app.encoders.registry import create_encoder, discover
-from app.encoders.traced import CpuTraces
 from app.settings import EncoderSettings
+from tests.encoders.eager_answers import eager_encode
 
 SPEECH_HALF = 256  # trained speech bits; in versions 3-5 a speech window's MFCC bits are the next 64
 
@@ -65,12 +65,7 @@ def test_on_cpu_both_halves_run_traced_and_answer_exactly_as_the_eager_modules(e
         encoder.encode(windows)
     traced = [encoder.encode(windows), encoder.encode(windows[:1]), encoder.encode(windows[2:3])]
     assert all(type(step).__name__ == "TracedStep" for step in encoder.steps.built)
-    steps = encoder.steps
-    encoder.steps = CpuTraces(steps.eager, lambda: steps.eager)  # the same encoder, eager on CPU too
-    try:
-        eager = [encoder.encode(windows), encoder.encode(windows[:1]), encoder.encode(windows[2:3])]
-    finally:
-        encoder.steps = steps
+    eager = eager_encode(encoder, windows, windows[:1], windows[2:3])
     for got, want in zip(traced, eager):
         np.testing.assert_array_equal(got.floats, want.floats)
         np.testing.assert_array_equal(got.codes, want.codes)
