@@ -18,7 +18,6 @@ bench/results/cluster_faults.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import tempfile
@@ -27,6 +26,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from bench.output import write_results
 
 
 class Stream(threading.Thread):
@@ -150,9 +151,7 @@ def main() -> None:
            "note": "recovery_s: from the component being back (pg_ctl start -w returned; ray start --head printed its "
                    "start) to that client's first 200; PostgreSQL, Ray, the API and both clients share the machine's cores",
            "results": results, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out, indent=2))
+    write_results(out, args.out)
 
 
 def _check(url: str, head, shards: int) -> list[dict[str, object]]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import statistics
@@ -36,6 +35,7 @@ from app.api.rate_limit import CONNECTIONS, RateLimiter, SharedRateLimiter
 from app.main import create_app
 from app.settings import Settings
 from app.storage.rate_counters import RateCounters
+from bench.output import write_results
 
 RATE, BURST = 1e9, 10**9  # nothing is refused: the allowed path is what every request pays
 
@@ -147,9 +147,7 @@ def main() -> None:
            "note": "PostgreSQL, the app and the client share the machine's cores; a remote PostgreSQL adds its network "
                    "round trip to every take",
            "results": result, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out, indent=2))
+    write_results(out, args.out)
 
 
 if __name__ == "__main__":
