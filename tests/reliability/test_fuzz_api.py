@@ -228,3 +228,12 @@ def test_stateful_sequences_along_the_links(fuzz_service):
     item_links = {"ReadItem", "ReadItemMedia", "SearchByItem", "JudgeItem", "DeleteItem"}
     assert len(item_links & succeeded) >= 3, dict(FOLLOWED)
     assert FOLLOWED["ReadDeletedItem"][404] + FOLLOWED["ReadDeletedCollection"][404] > 0, dict(FOLLOWED)
+
+
+def test_a_stateful_share_gives_the_stateful_phase_its_own_execution():
+    from bench.reliability.fuzz import rounds
+
+    assert rounds(600, 0.0) == [(["examples", "coverage", "fuzzing", "stateful"], 600)]
+    (stateless, first), (stateful, second) = rounds(600, 0.4)
+    assert "stateful" not in stateless and stateful == ["stateful"]
+    assert (first, second) == pytest.approx((360, 240))
