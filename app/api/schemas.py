@@ -66,6 +66,20 @@ class ShardIndexPublic(BaseModel):
     last_error: str | None = None
 
 
+class LiveRecallPublic(BaseModel):
+    """Recall@10 of the answering IVF on a sample of this collection's recent searches, measured in the background."""
+
+    recall_at_10: float | None = Field(description="mean tie-tolerant recall@10 of the IVF's answers (at each sampled query's "
+                                       "nprobe) against an exact flat scan of the same codes, as they were when measured")
+    queries: int = Field(description="sampled queries measured (the sample size)")
+    skipped: int = Field(0, description="sampled queries left out because one of their exact top 10 was deleted while measuring")
+    nprobes: list[int] | None = Field(None, description="the nprobe overrides among the sampled queries (null: all used the collection's)")
+    measured_at: float = Field(description="when the measurement ran (Unix time)")
+    measure_cpu_s: float | None = Field(None, description="seconds of one core the measurement's scans took")
+    seconds: float | None = Field(None, description="wall seconds the measurement took (it paces itself to 5% of one core)")
+    sampling: str | None = Field(None, description="which queries are sampled")
+
+
 class IndexPublic(BaseModel):
     kind: str = Field(description="auto, flat or ivf, as created")
     answering: str | None = Field(description="the index that answers binary searches now: flat or ivf; in cluster mode `mixed` "
@@ -77,6 +91,9 @@ class IndexPublic(BaseModel):
     trained_on: int | None = Field(None, description="windows the answering IVF was trained on")
     last_build_s: float | None = Field(None, description="seconds the last IVF build took")
     last_error: str | None = Field(None, description="why the last IVF build failed (flat kept answering)")
+    recall: LiveRecallPublic | None = Field(None, description="recall@10 measured on a sample of recent searches (1 in 16 of those "
+                                            "the IVF answers, the 64 most recent, at most once a minute); null while flat "
+                                            "answers (exact: recall 1) or before the first measurement")
     floats: str = Field("memory", description="where the float vectors live: memory or mmap, as created")
     float_file_bytes: int | None = Field(None, description="bytes of the memory-mapped float files (floats mmap; not in memory_bytes)")
     setting: IndexConfig | None = Field(None, description="the `index` setting as the collection was created (nlist and "

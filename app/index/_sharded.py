@@ -209,12 +209,14 @@ class ShardedIndex:
 
     # --- reads ---------------------------------------------------------------------------
 
-    def search(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: Any, k: int, use_pool: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """k nearest neighbours of each query, scanning shards in parallel.
 
         Args:
             queries: ``(nq, width)`` rows; batching many queries into one call shares the scan.
             k: neighbours per query (>= 1); may exceed the number of vectors.
+            use_pool: False scans every shard on the calling thread (background work that must not take
+                the other core from searches).
 
         Returns:
             ``(scores, ids)``, each ``(nq, k)``, best first (see the subclass for the meaning of
@@ -238,7 +240,7 @@ class ShardedIndex:
                 part_scores, rows = self._scan(queries, shard.data, min(kk, shard.size))
                 return part_scores, np.where(rows >= 0, shard.ids[np.maximum(rows, 0)], PAD_ID)
 
-            parallel = nq > 1 or self.PARALLEL_SINGLE_QUERY
+            parallel = use_pool and (nq > 1 or self.PARALLEL_SINGLE_QUERY)
             if parallel and len(live) > 1 and total >= self.parallel_min_rows:
                 # The calling thread scans the first shard while the pool scans the others:
                 # one hand-off fewer than giving every shard to the pool. For a ~1 ms scan the

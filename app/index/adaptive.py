@@ -26,12 +26,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import faiss
 import numpy as np
 
 from app.index.base import SnapshotError
 from app.index.binary_index import BinaryIndex
 from app.index.ivf import BinaryIVF
 from app.index.kinds import RETRAIN_GROWTH, IndexSpec, auto_nlist
+from app.index.quality.live_recall import K as RECALL_K
+from app.index.quality.live_recall import LiveRecall
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,11 @@ _DEPTH_MARGIN = 2
 # The background build runs at this niceness (its OpenMP threads inherit it), so that training
 # yields the cores to queries.
 BUILD_NICENESS = 10
+# ... and with FAISS (and its OpenMP BLAS, as k-means uses it) on this many threads: one leaves the other core to
+# queries, and on a busy machine 2 OpenMP threads were slower, not faster (bench/index/scale.py: the flat coarse
+# quantizer assigned 2,800 codes per CPU-second with 2 threads, spent at barriers waiting out other jobs' time
+# slices, against 215,000 with one). The setting is per OS thread: searches on other threads keep theirs.
+BUILD_THREADS = 1
 
 
 def ivf_path(path: str | os.PathLike[str]) -> Path:
@@ -75,6 +83,8 @@ class AdaptiveBinaryIndex:
         # called (on the build thread) once a new IVF answers: its owner marks a snapshot as due, so that
         # a restart loads the IVF instead of training it again
         self.on_published: Callable[[], None] | None = None
+        # recall@10 of the IVF on a sample of the searches it answers, measured in the background (stats)
+        self.live_recall = LiveRecall()
 
     # --- the VectorIndex interface ---------------------------------------------------------
 
@@ -102,16 +112,39 @@ class AdaptiveBinaryIndex:
 
     def search(self, queries: Any, k: int, nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """k nearest codes by Hamming distance: from the IVF when it answers, else exact."""
+        distances, labels, by_ivf = self._search(queries, k, nprobe)
+        if by_ivf and self.live_recall.offer(np.asarray(queries), nprobe):
+            self.live_recall.start(self._recall_answer, self._exact_on_this_thread, self._present)
+        return distances, labels
+
+    def measure_recall(self) -> dict[str, Any] | None:
+        """Measure the live-recall sample now, on the calling thread (tests; the service measures in the background)."""
+        if self.answering != "ivf":
+            return None
+        return self.live_recall.measure(self._recall_answer, self._exact_on_this_thread, self._present)
+
+    def _recall_answer(self, queries: np.ndarray, k: int, nprobe: int | None) -> tuple[np.ndarray, np.ndarray]:
+        distances, labels, _ = self._search(queries, k, nprobe)  # as a search sees it, but not sampled again
+        return distances, labels
+
+    def _exact_on_this_thread(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.flat.search(queries, k, use_pool=False)
+
+    def _present(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.flat.reconstruct_present(np.unique(ids))
+
+    def _search(self, queries: Any, k: int, nprobe: int | None) -> tuple[np.ndarray, np.ndarray, bool]:
         ivf = self.ivf  # one read of the reference: a swap never changes a search midway
         if ivf is None or self.spec.kind == "flat" or self._too_deep(ivf, k, nprobe):
-            return self.flat.search(queries, k)
+            return (*self.flat.search(queries, k), False)
         distances, labels = ivf.search(queries, k, nprobe)
         # probed lists may hold fewer than k codes (a skewed list, a tiny nprobe): those queries are
         # answered exactly, so results are padded only when the index has fewer than k codes
         short = (labels[:, -1] < 0) if labels.shape[1] else np.zeros(0, bool)
         if short.any() and len(ivf) > (labels[short] >= 0).sum(axis=1).min():
             distances[short], labels[short] = self.flat.search(np.ascontiguousarray(np.asarray(queries)[short]), k)
-        return distances, labels
+        # sampled for live recall only where the IVF can answer a top 10 (a deep round's k goes to flat anyway)
+        return distances, labels, not self._too_deep(ivf, RECALL_K, nprobe)
 
     def _too_deep(self, ivf: BinaryIVF, k: int, nprobe: int | None) -> bool:
         probe = min(ivf.nlist, nprobe or ivf.nprobe)
@@ -169,6 +202,8 @@ class AdaptiveBinaryIndex:
             "trains_at": self.spec.trains_at(self.auto_windows),
             "trained_on": ivf.trained_on if ivf is not None else None,
             "last_build_s": self.last_build_s,
+            # null while flat answers: its recall is 1 by definition
+            "recall": self.live_recall.last if self.answering == "ivf" else None,
         }
         if self.last_error:
             out["last_error"] = self.last_error
@@ -217,6 +252,8 @@ class AdaptiveBinaryIndex:
             except (OSError, AttributeError):
                 pass
         started = time.perf_counter()
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(BUILD_THREADS)
         try:
             nlist = self.spec.nlist or auto_nlist(len(ids))
             ivf = BinaryIVF.train(codes, nlist, self.spec.nprobe)
@@ -230,6 +267,7 @@ class AdaptiveBinaryIndex:
                         ivf.remove(op_ids)
                 self._log = None
                 self.ivf = ivf
+                self.live_recall.last = None  # measured on the IVF this one replaces
             self.last_build_s = time.perf_counter() - started
             self.last_error = None
             if self.on_published is not None:
@@ -243,6 +281,8 @@ class AdaptiveBinaryIndex:
             log.exception("IVF build failed; the flat index keeps answering")
             if not background:
                 raise
+        finally:
+            faiss.omp_set_num_threads(threads)  # a build on the caller's thread leaves its setting as it was
 
     # --- snapshots -------------------------------------------------------------------------
 

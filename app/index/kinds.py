@@ -37,10 +37,8 @@ IVF_MIN_WINDOWS = 10_000
 # Bounds of the tunables (also the API's ge/le): 2^16 lists is past any size one machine holds.
 MAX_NLIST = 65_536
 MIN_NLIST = 16
-# Auto nlist stays at or below this: k-means training costs ~nlist^2 (4096 lists on 2 busy cores: ~3
-# minutes; 16384 would take most of an hour), and the coarse quantizer is a flat scan of nlist centroids
-# per added code and per query.
-AUTO_MAX_NLIST = 4096
+# Auto nlist stays at or below this (see auto_nlist for the measurements behind it).
+AUTO_MAX_NLIST = 2048
 # A query probes enough lists to read about this many codes (the default nprobe, rounded up to a power
 # of two): the work per query stays constant as the collection grows, which is what makes it sublinear.
 SCAN_CODES = 8192
@@ -98,15 +96,22 @@ class IndexSpec:
 
 
 def auto_nlist(n: int) -> int:
-    """Lists for ``n`` codes: the power of two nearest 4 sqrt(n) (FAISS' rule), at most AUTO_MAX_NLIST,
-    and never more than 39 training codes per list allow.
+    """Lists for ``n`` codes: the power of two nearest sqrt(n), at most AUTO_MAX_NLIST (2048), and never more
+    than 39 training codes per list allow: 10^5 -> 256, 10^6 -> 1024, 10^7 and up -> 2048.
 
-    Measured on clustered codes (bench/results/index_kinds.json, 10^6 x 256 bits): 4096 lists reach
-    recall@10 0.99 scanning 64 lists (0.17 ms), where 1024 lists need 256 (0.83 ms) for 0.99.
+    Why sqrt(n) and not FAISS' 4 sqrt(n) (which gave 4096 from 10^6 up), from bench/results/scale.json (real-audio
+    256-bit codes, 200 held-out real queries): recall@10 at nprobe 8 was 0.978 with 1024 lists at 10^6, 0.981 with
+    1024 at 10^7 and 0.960 with 2048 at 10^8, and at the default nprobe (16 there) 0.995-0.997: real codes cluster
+    tightly, so few lists reach the recall target. Lists cost at build time: k-means ~nlist^2 (4096 lists: 310 s
+    at 10^6 on the busy machine, 1024: 81 s) and adding a code compares it with every centroid (10^8 codes into
+    2048 lists: 307 CPU-seconds, most of the 10^8 build), so 4x the lists is ~16x the training and 4x the filling.
+    At a query, one centroid costs as much as one code scanned; the cap of 2048 keeps that below the ~8,192 codes
+    the default nprobe reads (SCAN_CODES). The older rule's 4096 came from a synthetic mixture of 2048 centres
+    (bench/results/index_kinds.json), which real embeddings do not have.
     """
     if n < MIN_POINTS_PER_LIST * 2 * MIN_NLIST:
         return MIN_NLIST
-    power = round(math.log2(4 * math.sqrt(n)))
+    power = round(math.log2(math.sqrt(n)))
     trainable = int(math.log2(n // MIN_POINTS_PER_LIST))  # every list gets its 39 training points
     return int(min(AUTO_MAX_NLIST, max(MIN_NLIST, 2 ** min(power, trainable))))
 

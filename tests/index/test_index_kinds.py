@@ -47,11 +47,12 @@ def test_spec_validation() -> None:
 
 
 def test_auto_nlist_and_nprobe() -> None:
-    assert auto_nlist(10**6) == 4096 and auto_nlist(10**5) == 1024
+    # the power of two nearest sqrt(n), at most 2048 (re-sized from bench/results/scale.json: app/index/kinds.py)
+    assert auto_nlist(10**5) == 256 and auto_nlist(10**6) == 1024 and auto_nlist(10**7) == 2048
     assert auto_nlist(10) == 16
     for n in (624, 700, 1300, 5000, 40_000):  # never more lists than 39 training codes each
         assert auto_nlist(n) == 16 or 39 * auto_nlist(n) <= n
-    assert auto_nlist(10**12) == 4096
+    assert auto_nlist(10**12) == 2048
     assert default_nprobe(4096, 10**6) == 64 and default_nprobe(1024, 10**5) == 128
     assert default_nprobe(16, 700) == 16 and default_nprobe(4096, 10**8) == 16
 
@@ -234,3 +235,29 @@ def test_bench_runs_end_to_end_on_tiny_sizes(tmp_path) -> None:
     assert all(r["p50_ms"] > 0 and r["speedup_p50_vs_flat"] > 0 for r in block["runs"])
     overhead = main(["--sizes", "3000", "--bits", "256", "--overhead-only", "--out", str(tmp_path / "o.json")])["overhead"][0]
     assert overhead["p50_ratio"] > 0
+
+
+def test_the_build_runs_faiss_on_one_thread_and_leaves_the_callers_setting(data, monkeypatch) -> None:
+    import faiss
+
+    ids, codes, _ = data
+    seen: list[int] = []
+    real_train = BinaryIVF.train
+
+    def recording_train(*args, **kwargs):
+        seen.append(faiss.omp_get_max_threads())
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(BinaryIVF, "train", staticmethod(recording_train))
+    saved = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(3)
+    try:
+        for background in (True, False):
+            index = AdaptiveBinaryIndex(BITS, spec=IndexSpec("ivf", nlist=32))
+            index.add(ids, codes)
+            assert index.maybe_build(background=background) and index.wait_for_build(60)
+            assert index.answering == "ivf"
+            assert faiss.omp_get_max_threads() == 3  # the caller's thread keeps its own setting
+    finally:
+        faiss.omp_set_num_threads(saved)
+    assert seen == [1, 1]
