@@ -41,7 +41,7 @@ class IndexConfig(BaseModel):
         "once the collection holds 10,000 windows (39 x nlist with an explicit nlist); flat answers until then. "
         "`auto`: flat until index.auto_ivf_windows windows (a setting, default 1,000,000), then ivf",
     )
-    nlist: int | None = Field(None, ge=16, le=MAX_NLIST, description="IVF lists; default the power of two nearest 4 sqrt(windows), at most 4096, retrained as the collection grows 4x")
+    nlist: int | None = Field(None, ge=16, le=MAX_NLIST, description="IVF lists; default the power of two nearest sqrt(windows), at most 2048, retrained as the collection grows 4x")
     nprobe: int | None = Field(None, ge=1, le=MAX_NLIST, description="IVF lists a query scans by default (at most nlist); default: enough lists to read ~8192 codes, at least 16. A search may override it")
     floats: Literal["memory", "mmap"] = Field(
         "memory", description="Where the float vectors live: `memory` (the heap) or `mmap` (memory-mapped files beside the "

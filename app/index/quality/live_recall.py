@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Any, Callable
 
+import faiss
 import numpy as np
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class LiveRecall:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
         except (OSError, AttributeError):
             pass
+        faiss.omp_set_num_threads(1)  # this thread's FAISS calls (the IVF re-run) on one core, as its scans
         try:
             self.measure(*args, pace=True)
         except Exception:  # noqa: BLE001 - a failed measurement leaves the last one standing; searches are unaffected
