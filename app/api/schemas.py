@@ -75,8 +75,9 @@ class LiveRecallPublic(BaseModel):
     skipped: int = Field(0, description="sampled queries left out because one of their exact top 10 was deleted while measuring")
     nprobes: list[int] | None = Field(None, description="the nprobe overrides among the sampled queries (null: all used the collection's)")
     measured_at: float = Field(description="when the measurement ran (Unix time)")
-    measure_cpu_s: float | None = Field(None, description="seconds of one core the measurement's scans took")
-    seconds: float | None = Field(None, description="wall seconds the measurement took (it paces itself to 5% of one core)")
+    busy_s: float | None = Field(None, description="seconds the measurement spent searching (on one thread)")
+    seconds: float | None = Field(None, description="wall seconds the measurement took: busy_s plus the pauses that keep it "
+                                  "to 5% of one core")
     sampling: str | None = Field(None, description="which queries are sampled")
 
 

@@ -132,7 +132,7 @@ class LiveRecall:
             "recall_at_10": float(np.mean(recalls)) if recalls else None,
             "queries": len(recalls), "skipped": skipped,
             "nprobes": sorted({p for _, p in sample if p is not None}) or None,
-            "measured_at": time.time(), "measure_cpu_s": round(busy, 4),
+            "measured_at": time.time(), "busy_s": round(busy, 4),
             "seconds": round(time.monotonic() - started, 3),
             "sampling": f"1 in {self.every} IVF-answered queries, the {self.size} most recent",
         }
