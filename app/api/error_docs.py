@@ -48,15 +48,17 @@ DESCRIPTIONS = {
          "is full (code overloaded: the batch queue, or the pending ingest jobs); retry later",
     500: "the demo media is missing from this installation",
     503: "the service is still starting, or (cluster mode) the PostgreSQL catalog cannot be reached (code "
-         "catalog_unavailable) or an index shard is missing (the message names it); cluster 503s carry Retry-After",
+         "catalog_unavailable), an index shard is missing (the message names it) or the Ray head cannot be reached "
+         "(code ray_unavailable: what runs on Ray waits for it to be back); cluster 503s carry Retry-After",
     507: "the data directory's disk is full (code insufficient_storage): nothing of the write was stored; "
          "retry once space is freed, no restart needed",
 }
 # a route that writes to the data directory also answers 503 when it is read-only, and 507 when it is full
 WRITE_503 = ("the service is still starting, the data directory is read-only (code storage_read_only: nothing "
              "was stored, search still works), or (cluster mode) the PostgreSQL catalog cannot be reached (code "
-             "catalog_unavailable: not acknowledged, safe to re-send) or an index shard is missing (the message names "
-             "it); cluster 503s carry Retry-After")
+             "catalog_unavailable: not acknowledged, safe to re-send), an index shard is missing (the message names "
+             "it) or the Ray head with the embedding workers cannot be reached (code ray_unavailable: not "
+             "acknowledged, safe to re-send); cluster 503s carry Retry-After")
 
 # what every /v1 route can answer whatever it does: no key (401), a key without the route's scope (403),
 # over the rate limit (429) and not loaded yet (503)

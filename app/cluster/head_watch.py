@@ -1,18 +1,24 @@
 """Readiness follows the Ray head: /readyz answers 503 while it cannot be reached; a head back is rejoined.
 
-When the head (its GCS) goes away, a process joined to it keeps running for a minute and then
-Ray ends it ("Failed to connect to GCS within 60 seconds"): its restart then stops at start
-with the message of app/cluster/ray_connect.py until the head is back. During that minute every
-search answers 503 for its shards, so the balancer should stop sending requests: this task
-probes the head's address every ``interval_s`` and keeps one reason in ``services.not_ready``
-while it does not answer.
+A lost head: this task probes the head's address every ``interval_s`` and keeps one reason in
+``services.not_ready`` while it does not answer, so the balancer stops sending requests, and marks
+the head lost (app/cluster/ray_runtime.mark_head_lost), so Ray-bound encodes answer 503 at once
+instead of waiting on workers that are gone. Searches of sharded collections are answered by
+shard processes that outlive their head for a while, else answer 503 naming the missing shard.
 
-A head that answers again within that minute is a new, empty Ray cluster: the shard actors this
-process knows are gone. So the process rejoins it (app/cluster/ray_runtime.reconnect) and drops
-its sharded collections, under the lock request paths take to open a collection; the next request
+A head that stays away would end this process: Ray's core worker in it exits once its GCS has been
+unreachable for ``gcs_rpc_server_reconnect_timeout_s`` (60 s by default). So after a quarter of
+that (:func:`disconnect_after_s`) the process leaves the lost cluster (ray_runtime.disconnect,
+``ray.shutdown()``), before Ray's clock runs out: however long the outage, the process stays up,
+catalog-only routes keep answering, and what needs Ray answers 503 with Retry-After.
+
+A head that answers again is a new, empty Ray cluster: the shard actors and embedding workers
+this process knows are gone. So the process joins it (ray_runtime.reconnect) and drops its
+sharded collections, under the lock request paths take to open a collection; the next request
 (or the follower, within a second) opens each again, which starts its shard actors on the new
 head, and each loads its partition's snapshot where it finds one on its node, else the catalog.
-Embedding workers (``RECALL_CLUSTER__EMBED_WORKERS``) are not reopened: that needs a restart.
+Embedding workers are started again on the new head here (and by the first encode sent to them,
+app/cluster/embedding.py, should that come first).
 """
 
 from __future__ import annotations
@@ -21,11 +27,19 @@ import asyncio
 import logging
 import socket
 import sys
+import time
 from typing import Any
+
+from app.cluster import ray_runtime
 
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 2.0
+# Ray's clock starts when the GCS connection fails; this one at the first failed probe (up to two
+# intervals later on a dead machine). Then the wait for calls in flight (an eighth) and
+# ray.shutdown() (~5 s with the head gone): 4 + 15 + 7.5 + 5 = 31.5 s of Ray's default 60.
+DISCONNECT_AFTER = 1 / 4
+GATE_WAIT = 1 / 8
 
 
 def head_address() -> str | None:
@@ -48,38 +62,65 @@ def reachable(address: str, timeout: float) -> bool:
         return False
 
 
+def disconnect_after_s() -> float:
+    """How long a head may stay unreachable before this process leaves it: well inside Ray's own limit."""
+    return ray_runtime.gcs_timeout_s() * DISCONNECT_AFTER
+
+
 async def watch_head(services: Any, interval_s: float = INTERVAL_S) -> None:
     """Runs until cancelled; checks membership each round, since start-up rewrites ``not_ready`` as it loads."""
     address = None
+    lost_at: float | None = None  # monotonic time of the first failed probe of this outage
     while True:
         address = head_address() or address  # kept while Ray is disconnected for a rejoin
         if address is not None:
             ok = await asyncio.to_thread(reachable, address, interval_s)
             reason = (f"the Ray head at {address} cannot be reached (RECALL_RAY_ADDRESS): index shards and "
                       "embedding workers are unavailable")
-            if not ok and reason not in services.not_ready:
-                log.error("%s", reason)
-                services.not_ready = [*services.not_ready, reason]
-            elif ok and reason in services.not_ready:
+            if not ok:
+                if lost_at is None:
+                    lost_at = time.monotonic()
+                    ray_runtime.mark_head_lost(True)
+                    log.error("%s", reason)
+                if reason not in services.not_ready:
+                    services.not_ready = [*services.not_ready, reason]
+                if ray_runtime.connected() and time.monotonic() - lost_at >= disconnect_after_s():
+                    await asyncio.to_thread(leave, address)
+            elif lost_at is not None or reason in services.not_ready:
                 log.warning("the Ray head at %s answers again; rejoining it", address)
                 try:
                     await asyncio.to_thread(rejoin, services)
                 except Exception:  # noqa: BLE001 - not up yet after all: stay not ready, try again next round
                     log.exception("could not rejoin the Ray head at %s", address)
                 else:
+                    lost_at = None
+                    ray_runtime.mark_head_lost(False)
                     services.not_ready = [r for r in services.not_ready if r != reason]
         await asyncio.sleep(interval_s)
 
 
+def leave(address: str) -> None:
+    """Leave the lost cluster before Ray's core worker ends this process (ray_runtime.disconnect)."""
+    limit = ray_runtime.gcs_timeout_s()
+    log.warning("the Ray head at %s has been unreachable for %.0f s: leaving its cluster before Ray's own limit "
+                "(%s=%.0f s) would end this process; sharded searches answer 503 until it is back",
+                address, disconnect_after_s(), ray_runtime.GCS_TIMEOUT_VARIABLE, limit)
+    start = time.monotonic()
+    ray_runtime.disconnect(limit * GATE_WAIT)
+    log.warning("left the Ray cluster of %s in %.1f s", address, time.monotonic() - start)
+
+
 def rejoin(services: Any) -> int:
     """Rejoin a restarted head and drop the sharded collections, to be reopened on it; how many were dropped."""
-    from app.cluster.ray_runtime import reconnect
     from app.cluster.remote_index import RemoteCollectionIndex
 
     with services._sync_lock:  # no request opens a collection on the old connection meanwhile
-        reconnect(services.settings.ray_address, services.settings.cluster)
+        ray_runtime.reconnect(services.settings.ray_address, services.settings.cluster)
         stale = [(name, state) for name, state in services.collections.items() if isinstance(state.index, RemoteCollectionIndex)]
         for name, state in stale:
             services.collections.pop(name, None)
             services.retired.append(state)  # its scan batchers are stopped by the follower
+    reopen = getattr(services.encoders, "reopen_workers", None)
+    if reopen is not None:  # embedding workers start on the new head while the first encodes are on their way
+        reopen()
     return len(stale)

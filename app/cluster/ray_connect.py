@@ -25,6 +25,13 @@ from typing import Any
 from app.settings import ClusterSettings
 
 PROBE_TIMEOUT_S = 5.0
+# Task arguments up to this size travel inside the call to the actor instead of through this node's
+# object store (Ray's default: 100 KiB). An object-store write goes through the local raylet, and
+# where that is the head's (an API process on the head's machine) a write after the head died ends
+# this process at once ("the local Raylet is dead"): ingest batches (~2 MB of audio) must not need
+# it. Below Ray's 10 MiB limit on the arguments inlined into one call (task_rpc_inlined_bytes_limit).
+INLINE_ARGS_VARIABLE = "RAY_max_direct_call_object_size"
+INLINE_ARGS_BYTES = 8 * 1024 * 1024
 TOKEN_SETTINGS = "RECALL_CLUSTER__RAY_AUTH_TOKEN_FILE (or RECALL_CLUSTER__RAY_AUTH_TOKEN)"
 
 
@@ -53,7 +60,7 @@ def head_host_port(address: str) -> tuple[str, int] | None:
 
 
 def prepare_environment(cluster: ClusterSettings) -> None:
-    """Hand the token and the node address to Ray through the variables it reads.
+    """Hand the token, the node address and the inlined argument size to Ray through the variables it reads.
 
     Set before ``import ray`` where possible; when Ray is already imported, its cached config
     and token are refreshed the way Ray itself does when it enables token mode.
@@ -71,6 +78,7 @@ def prepare_environment(cluster: ClusterSettings) -> None:
         if empty:
             raise RayHeadUnavailable(f"RECALL_CLUSTER__RAY_AUTH_TOKEN_FILE={str(path)!r} is empty; it must hold the Ray head's token")
         auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path.resolve())}
+    os.environ.setdefault(INLINE_ARGS_VARIABLE, str(INLINE_ARGS_BYTES))  # read by Ray when it joins
     if auth:
         for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
             os.environ.pop(name, None)  # Ray prefers RAY_AUTH_TOKEN: a stale one would win over the file

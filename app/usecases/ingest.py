@@ -3,7 +3,9 @@
 Files are prepared concurrently (their windows share encoder batches) and committed together;
 a file that fails is reported by name with its error while the good ones are kept. Nothing is
 acknowledged before its transaction commits. A full or read-only disk is not a per-file problem:
-it fails the whole chunk (its stored originals removed, nothing committed) with 507 or 503.
+it fails the whole chunk (its stored originals removed, nothing committed) with 507 or 503, and
+so does any other 503 (``Unhealthy``: in cluster mode, embedding workers whose Ray head is lost),
+which keeps its Retry-After.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from app.errors import InsufficientStorage, InvalidInput, ServiceError, StorageReadOnly
+from app.errors import InsufficientStorage, InvalidInput, ServiceError, Unhealthy
 from app.features.windows import cut_audible_windows
 from app.media.decode import Upload, decode_media
 from app.storage.catalog import NewItem
@@ -101,7 +103,8 @@ async def ingest(
 async def _commit_chunk(services: Services, state: CollectionState, encoder: Any, chunk: list[Upload],
                         prepared: list[Any], report: IngestReport) -> None:
     """One transaction for a chunk's good files; its bad ones are reported by name."""
-    disk = next((r for r in prepared if isinstance(r, (InsufficientStorage, StorageReadOnly))), None)
+    # StorageReadOnly is an Unhealthy: the service, not the file, cannot take it now
+    disk = next((r for r in prepared if isinstance(r, (InsufficientStorage, Unhealthy))), None)
     if disk is not None:
         services.media.delete([r.media_path for r in prepared if isinstance(r, NewItem) and r.media_path])
         raise disk

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 POLL_S = 0.5  # how often an idle runner looks for jobs submitted to other processes
 MIN_BACKOFF_S = 0.5  # after a job met an unavailable catalog: the first wait before claiming again
 MAX_BACKOFF_S = 30.0  # ... doubling up to this (a PostgreSQL restart takes seconds, a failover longer)
-TRANSIENT_CODES = {"catalog_unavailable"}  # app/storage/postgres.py CatalogUnavailable: a retry will do
+# a retry will do: app/storage/postgres.py CatalogUnavailable, app/cluster/ray_runtime.py RayUnavailable (head lost)
+TRANSIENT_CODES = {"catalog_unavailable", "ray_unavailable"}
 
 
 def transient(exc: BaseException) -> bool:
