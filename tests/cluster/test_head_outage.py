@@ -177,6 +177,51 @@ def ready_reasons_name_the_head(url: str, address: str) -> bool:
     return ready.status_code == 503 and any(f"the Ray head at {address} cannot be reached" in r for r in ready.json()["reasons"])
 
 
+@pytest.mark.slow
+def test_a_batch_sent_under_a_newer_ray_connection_starts_the_workers_again(tmp_path, pg_url, ray_session, monkeypatch):
+    """The first batch sent to the embedding workers after a rejoin starts them on the cluster joined now.
+
+    A rejoin (app/cluster/ray_runtime.reconnect) counts a new connection; here the count is moved on by hand on the
+    session's Ray, which stays up, so both sets of workers can be seen: the first ingest after it runs on new ones.
+    """
+    from fastapi.testclient import TestClient
+
+    from app.cluster import ray_runtime
+    from app.main import create_app
+    from tests.conftest import make_settings
+
+    ray = ray_session
+    settings = make_settings(tmp_path, catalog_url=pg_url, ray_address="auto", index_shards=1,
+                             cluster={"embed_workers": 1, "embed_cpus": 0.5, "shard_timeout_s": 60.0})
+
+    def workers() -> set[str]:
+        return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("embed:")}
+
+    already = workers()
+    try:
+        with TestClient(create_app(settings)) as client:
+            assert client.post("/v1/collections", json={"name": "g", "modality": "audio"}).status_code == 201
+            first, second = tone_wav(410.0, seconds=1.5), tone_wav(2750.0, seconds=1.5)
+            assert client.post("/v1/collections/g/items", files={"files": ("a.wav", first)}, data={"ids": "a"}).status_code == 200
+            started = workers() - already
+            assert len(started) == 1
+            monkeypatch.setattr(ray_runtime, "_generation", ray_runtime.generation() + 1)  # as a rejoin does
+            answer = client.post("/v1/collections/g/items", files={"files": ("b.wav", second)}, data={"ids": "b"})
+            assert answer.status_code == 200, answer.text
+            reopened = workers() - already - started
+            assert len(reopened) == 1, reopened  # a new worker, under a new name, did the second ingest
+            (name,) = reopened
+            assert ray.get(ray.get_actor(name, namespace=ray_runtime.NAMESPACE).where.remote(), timeout=60)["batches"] >= 1
+            for item, clip in (("a", first), ("b", second)):
+                found = client.post("/v1/collections/g/search", files={"file": ("q.wav", clip)}, data={"k": "1"}).json()
+                assert found["results"][0]["id"] == item
+    finally:
+        for name in workers() - already:  # the first worker outlives the pool here (its cluster was not left)
+            try:
+                ray.kill(ray.get_actor(name, namespace=ray_runtime.NAMESPACE))
+            except ValueError:
+                pass
+
 def test_answers_of_embedding_workers_stay_inside_rays_inline_limit():
     """A worker's answer over 100 KiB would be fetched through this node's raylet, which dies with a head on the
     same machine and then ends the process that asks it (app/cluster/embedding.ANSWER_INLINE_BYTES)."""
