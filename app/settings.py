@@ -23,6 +23,20 @@ class BatchingSettings(BaseModel):
     max_queue: int = Field(
         1024, ge=1, description="Requests waiting per encoder before new ones get 429; a low limit refuses clients instead of letting them wait too long."
     )
+    query_lane: bool = Field(
+        False, description="Run query batches on a thread of their own, beside the ingest batch in flight, instead of "
+        "after it; ingest model work keeps to one thread while queries keep coming (app/worker/batcher.py)."
+    )
+    ingest_batch_while_queried: int = Field(
+        0, ge=0, le=1024, description="Most ingest inputs per batch while queries keep coming (one in the last second); "
+        "0: a quarter of max_batch_size with one lane (a query waits for the ingest batch in flight), all of it with "
+        "query_lane."
+    )
+    ingest_nice: int = Field(
+        0, ge=0, le=19, description="With query_lane, how much lower the ingest thread's CPU priority is than the "
+        "service's (Linux thread niceness, added once when the thread starts): a query batch beside an ingest batch "
+        "then gets the core first. 0: the same priority."
+    )
 
 
 class IndexSettings(BaseModel):

@@ -12,8 +12,13 @@ default) lets the batch wait up to ``max_wait_s`` after its first input. An *imp
 :meth:`DynamicBatcher.expecting`, that their inputs are on the way (a query being decoded), and
 still at most ``max_wait_s``. A lone query therefore goes straight to the model, while
 concurrent queries share batches: those that arrive while a batch runs form the next one.
-Queries never share a batch with ingest: they go first, alone, and while they keep coming
-ingest runs in smaller batches, so search stays fast while a long recording is ingested.
+Queries never share a batch with ingest, and a query never waits for an ingest batch to finish:
+
+* with ``query_lane`` (two lanes), query batches run on a thread of their own, beside the ingest
+  batch in flight, and ingest batches keep their size (their model work drops to one thread while
+  queries keep coming, so the other core is the queries');
+* with one lane, queries go first, alone, and while they keep coming ingest runs in smaller
+  batches (``ingest_batch_while_queried``), which bounds a query's wait for the batch in flight.
 
 If the batch function raises, every group with inputs in that batch fails with that error.
 """
@@ -21,6 +26,7 @@ If the batch function raises, every group with inputs in that batch fails with t
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -28,10 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from app.errors import Overloaded, Unhealthy
-from app.worker.tasks import cancel_and_wait
+from app.worker.tasks import cancel_and_wait, lower_thread_priority
 
-# while a query was taken this recently, ingest batches are kept to max_batch_size // INGEST_DIVISOR_WHILE_QUERIED
-# (see DynamicBatcher._take_batch)
+# "queries keep coming": one was taken this recently. Then, with one lane, ingest batches are kept to
+# ingest_batch_while_queried (default max_batch_size // INGEST_DIVISOR_WHILE_QUERIED; see
+# DynamicBatcher._take_batch), and with two lanes ingest model work runs on one thread (app/worker/encoding.py).
 QUERIED_RECENTLY_S = 1.0
 INGEST_DIVISOR_WHILE_QUERIED = 4
 
@@ -71,6 +78,19 @@ class Announcement:
         self.done()
 
 
+# which groups a lane's loop takes: both kinds (queries first), or only one
+ALL, QUERIES, INGEST = "all", "queries", "ingest"
+
+
+@dataclass(eq=False)
+class _Lane:
+    """One loop forming batches and the one thread that runs them."""
+
+    takes: str
+    executor: ThreadPoolExecutor
+    task: asyncio.Task | None = None
+
+
 @dataclass
 class BatchStats:
     """Counters the metrics endpoint and the tests read."""
@@ -85,13 +105,20 @@ class DynamicBatcher(Generic[In, Out]):
     """Batch inputs from concurrent callers into calls of ``run_batch(list[In]) -> list[Out]``.
 
     Args:
-        run_batch: called on the worker thread with 1..max_batch_size inputs; must return one
-            output per input, in order.
+        run_batch: called on a worker thread with 1..max_batch_size inputs; must return one
+            output per input, in order. With ``query_lane`` it may run on two threads at once
+            (a query batch beside an ingest batch), never two batches of one kind at once.
         max_batch_size: most inputs per call.
         max_wait_s: how long the first input of a batch waits for more.
         max_queue: most groups waiting; beyond it ``submit`` raises Overloaded (HTTP 429).
         name: label for metrics and errors.
         on_batch: optional callback(batch_size) after each batch, for metrics.
+        query_lane: run query batches on their own thread, beside ingest batches.
+        ingest_nice: with ``query_lane``, niceness added to the ingest thread (Linux), so that a
+            query batch beside an ingest batch gets the core first.
+        ingest_batch_while_queried: most ingest inputs per batch while queries keep coming; None:
+            a quarter of ``max_batch_size`` with one lane (a query waits for that batch), all of it
+            with ``query_lane`` (it does not).
     """
 
     def __init__(
@@ -103,6 +130,9 @@ class DynamicBatcher(Generic[In, Out]):
         max_queue: int = 1024,
         name: str = "batcher",
         on_batch: Callable[[int], None] | None = None,
+        query_lane: bool = False,
+        ingest_batch_while_queried: int | None = None,
+        ingest_nice: int = 0,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
@@ -110,43 +140,66 @@ class DynamicBatcher(Generic[In, Out]):
             raise ValueError("max_wait_s must be >= 0")
         if max_queue < 1:
             raise ValueError("max_queue must be >= 1")
+        if ingest_batch_while_queried is not None and ingest_batch_while_queried < 1:
+            raise ValueError("ingest_batch_while_queried must be >= 1")
         self.run_batch = run_batch
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
         self.max_queue = max_queue
         self.name = name
         self.on_batch = on_batch
+        self.query_lane = query_lane
+        if ingest_batch_while_queried is None:
+            ingest_batch_while_queried = max_batch_size if query_lane else max(1, max_batch_size // INGEST_DIVISOR_WHILE_QUERIED)
+        self.ingest_batch_while_queried = min(max_batch_size, ingest_batch_while_queried)
         self.stats = BatchStats()
         self._queue: deque[_Group[In]] = deque()
         self._wakeup: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{name}")
+        self._lanes = [_Lane(QUERIES, self._thread("query")), _Lane(INGEST, self._thread("ingest", ingest_nice))] \
+            if query_lane else [_Lane(ALL, self._thread(""))]
         self._stopped = False
         self._expected = 0  # requests that announced inputs on their way (see expecting)
-        self.batch_has_query = False  # whether the batch being run holds an impatient group
+        self._running = threading.local()  # per worker thread: whether its batch holds a query
         self._last_query_at = float("-inf")  # when a batch last took a query (monotonic seconds)
+
+    def _thread(self, lane: str, nice: int = 0) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{self.name}{'-' + lane if lane else ''}",
+                                  initializer=lower_thread_priority if nice else None, initargs=(nice,) if nice else ())
 
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._task is None:
+        if self._wakeup is None:
             self._wakeup = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher-{self.name}")
+            loop = asyncio.get_running_loop()
+            for lane in self._lanes:
+                lane.task = loop.create_task(self._loop(lane), name=f"batcher-{self.name}-{lane.takes}")
 
     async def stop(self) -> None:
-        """Cancel the loop and fail every waiting request with Unhealthy."""
+        """Cancel the loops and fail every waiting request with Unhealthy."""
         self._stopped = True
-        await cancel_and_wait(self._task)
-        self._task = None
+        for lane in self._lanes:
+            await cancel_and_wait(lane.task)
+            lane.task = None
         while self._queue:
             group = self._queue.popleft()
             if not group.future.done():
                 group.future.set_exception(Unhealthy(f"{self.name}: shutting down"))
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        for lane in self._lanes:
+            lane.executor.shutdown(wait=False, cancel_futures=True)
 
     @property
     def queue_depth(self) -> int:
         return sum(len(g.inputs) - g.taken for g in self._queue)
+
+    @property
+    def batch_has_query(self) -> bool:
+        """Whether the batch that the calling worker thread is running holds a query."""
+        return getattr(self._running, "query", False)
+
+    def queried_recently(self) -> bool:
+        """Whether queries keep coming: a batch took one in the last ``QUERIED_RECENTLY_S``."""
+        return time.monotonic() - self._last_query_at < QUERIED_RECENTLY_S
 
     # --- submitting -----------------------------------------------------------------------
 
@@ -177,7 +230,7 @@ class DynamicBatcher(Generic[In, Out]):
             return []
         if len(self._queue) >= self.max_queue:
             raise Overloaded(f"{self.name}: {len(self._queue)} requests are queued; retry shortly")
-        if self._task is None:
+        if self._wakeup is None:
             self.start()
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self._queue.append(_Group(items, future, time.monotonic(), patient=patient))
@@ -185,21 +238,22 @@ class DynamicBatcher(Generic[In, Out]):
         self._wakeup.set()
         return await future
 
-    # --- the loop -------------------------------------------------------------------------
+    # --- the loops (one per lane) ---------------------------------------------------------
 
-    async def _loop(self) -> None:
+    async def _loop(self, lane: _Lane) -> None:
         assert self._wakeup is not None
         loop = asyncio.get_running_loop()
         while True:
             self._drop_cancelled()
-            if not self._queue:
+            # no await between this check and clear(): a submit after it sets the event again
+            if not self._waiting(lane):
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
             deadline = time.monotonic() + self.max_wait_s
             # wait for company until the batch is full or the deadline passes, and only while
             # someone is worth waiting for: a patient group, or an announced request
-            while self.queue_depth < self._room() and self._worth_waiting():
+            while self._waiting(lane) < self._room(lane) and self._worth_waiting(lane):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -208,12 +262,12 @@ class DynamicBatcher(Generic[In, Out]):
                     await asyncio.wait_for(self._wakeup.wait(), remaining)
                 except asyncio.TimeoutError:
                     break
-            slices = self._take_batch()
+            slices, query = self._take_batch(lane)
             if not slices:
                 continue
             inputs = [x for group, start, stop in slices for x in group.inputs[start:stop]]
             try:
-                outputs = await loop.run_in_executor(self._executor, self.run_batch, inputs)
+                outputs = await loop.run_in_executor(lane.executor, self._run, inputs, query)
                 if len(outputs) != len(inputs):
                     raise RuntimeError(f"{self.name}: batch returned {len(outputs)} outputs for {len(inputs)} inputs")
             except Exception as exc:  # noqa: BLE001 - every caller in the batch gets the error
@@ -231,27 +285,49 @@ class DynamicBatcher(Generic[In, Out]):
                     if not group.future.done():
                         group.future.set_result(group.outputs)
 
-    def _worth_waiting(self) -> bool:
+    def _run(self, inputs: list[In], query: bool) -> Sequence[Out]:
+        """On the lane's thread: ``run_batch``, with :attr:`batch_has_query` answering for this batch."""
+        self._running.query = query
+        try:
+            return self.run_batch(inputs)
+        finally:
+            self._running.query = False
+
+    def _takes_queries(self, lane: _Lane) -> bool:
+        """Whether the lane's next batch is a query batch (its loop then takes queries only)."""
+        return lane.takes == QUERIES or (lane.takes == ALL and self._queries_waiting())
+
+    def _waiting(self, lane: _Lane) -> int:
+        """Inputs not yet taken that the lane's next batch may take."""
+        queries = self._takes_queries(lane)
+        if lane.takes == ALL and not queries:
+            return self.queue_depth  # no query waits: every queued group is ingest
+        return sum(len(g.inputs) - g.taken for g in self._queue if g.patient != queries and not g.future.done())
+
+    def _worth_waiting(self, lane: _Lane) -> bool:
         # a batch with a query in it takes queries only (see _take_batch): it waits for announced
-        # queries, never for ingest company
-        if self._queries_waiting():
+        # queries, never for ingest company; an ingest lane waits for ingest only
+        if self._takes_queries(lane):
             return self._expected > 0
+        if lane.takes == INGEST:
+            return True  # _waiting() > 0 here: a patient group is queued
         return self._expected > 0 or any(group.patient for group in self._queue)
 
-    def _take_batch(self) -> list[tuple[_Group[In], int, int]]:
-        """Inputs for the next batch: the queued impatient groups (queries) alone, in arrival order;
-        only when none is queued, patient ones (ingest).
+    def _take_batch(self, lane: _Lane) -> tuple[list[tuple[_Group[In], int, int]], bool]:
+        """Inputs for the lane's next batch, and whether they are queries: the queued impatient
+        groups (queries) alone, in arrival order; in a one-lane batcher only when none is
+        queued, patient ones (ingest).
 
         A query queued behind a long recording's hundreds of windows would otherwise wait for all
         of them (seconds of search latency during an ingest), and a query batch topped up with
         ingest windows would take as long as a full ingest batch instead of one window's time.
         While queries keep coming (one in the last ``QUERIED_RECENTLY_S``), ingest batches are
-        also kept to a quarter of ``max_batch_size``: a query that arrives while one runs waits
-        for that batch, so a smaller batch bounds its wait."""
-        queries = self._queries_waiting()
-        if queries:
+        also kept to ``ingest_batch_while_queried``: with one lane a query that arrives while one
+        runs waits for that batch, so a smaller batch bounds its wait."""
+        queries = self._takes_queries(lane)
+        if queries and self._queries_waiting():
             self._last_query_at = time.monotonic()
-        room = self._room()
+        room = self._room(lane)
         slices = []
         for group in list(self._queue):
             if room == 0:
@@ -268,26 +344,24 @@ class DynamicBatcher(Generic[In, Out]):
             room -= stop - start
             if group.taken == len(group.inputs):
                 self._discard(group)
-        self.batch_has_query = queries and bool(slices)
-        return slices
+        return slices, queries
 
     def _queries_waiting(self) -> bool:
         """Whether an impatient group (a query) has inputs no batch has taken yet."""
         return any(not g.patient and g.taken < len(g.inputs) and not g.future.done() for g in self._queue)
 
-    def _room(self) -> int:
-        """The next batch's size limit: a quarter of ``max_batch_size`` for ingest while queries
-        keep coming (see :meth:`_take_batch`), else all of it."""
-        if self._queries_waiting():
+    def _room(self, lane: _Lane) -> int:
+        """The lane's next batch's size limit: ``ingest_batch_while_queried`` for ingest while
+        queries keep coming (see :meth:`_take_batch`), else ``max_batch_size``."""
+        if self._takes_queries(lane) or not self.queried_recently():
             return self.max_batch_size
-        if time.monotonic() - self._last_query_at < QUERIED_RECENTLY_S:
-            return max(1, self.max_batch_size // INGEST_DIVISOR_WHILE_QUERIED)
-        return self.max_batch_size
+        return self.ingest_batch_while_queried
 
     def _drop_cancelled(self) -> None:
-        # a client that went away should not cost model time
-        while self._queue and self._queue[0].future.done():
-            self._queue.popleft()
+        # a client that went away should not cost model time, nor hold a place in the queue (a lane
+        # that takes only the other kind would never reach it)
+        if any(group.future.done() for group in self._queue):
+            self._queue = deque(group for group in self._queue if not group.future.done())
 
     def _discard(self, group: _Group[In]) -> None:
         try:

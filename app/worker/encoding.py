@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 
 from app.encoders.base import Embeddings, Encoder, check_embeddings
 from app.encoders.registry import EncoderSpec, UnknownEncoder, create_encoder, is_versioned
+from app.encoders.side_thread import in_flight
 from app.errors import BackendError, Conflict, InvalidInput
 from app.settings import BatchingSettings
 from app.worker.batcher import Announcement, DynamicBatcher
@@ -26,6 +28,8 @@ Row = tuple[np.ndarray, np.ndarray]  # (float vector, packed code) of one input
 # on two threads against 80-150 ms and 60 ms on one. That core is better spent parsing and
 # decoding the next requests. Other large batches (ingest) use the configured ``torch_threads``.
 # torch's thread count is per OS thread (OpenMP), so each batcher thread sets its own.
+# While queries keep coming, ingest batches run on one thread too: the other core is the queries'
+# (with a query lane, a query batch runs beside the ingest batch in flight).
 SMALL_BATCH = 16
 
 
@@ -124,10 +128,13 @@ class EncoderPool:
             size = 1 if op == "rerank" else self.batching.max_batch_size
             threads = _ThreadCount(torch.get_num_threads())  # the configured count, read on the loop's thread
             self._batchers[key] = threads.batcher = DynamicBatcher(
-                lambda batch, run=run, threads=threads: run(encoder, threads.fit(batch)),
+                lambda batch, run=run, threads=threads: threads.run(run, encoder, batch),
                 max_batch_size=size,
                 max_wait_s=self.batching.max_wait_ms / 1000,
                 max_queue=self.batching.max_queue,
+                query_lane=self.batching.query_lane and op != "rerank",  # rerank: queries only
+                ingest_batch_while_queried=self.batching.ingest_batch_while_queried or None,
+                ingest_nice=self.batching.ingest_nice,
                 name=f"{encoder.name}:{op}",
                 on_batch=(lambda n, label=f"{encoder.name}:{op}": self.on_batch(label, n)) if self.on_batch else None,
             )
@@ -145,20 +152,33 @@ class EncoderPool:
 
 
 class _ThreadCount:
-    """Sets the calling (batcher) thread's torch intra-op threads for each batch's size."""
+    """Sets the calling (batcher) thread's torch intra-op threads for each batch: one for a query
+    batch, a small batch, or any batch while queries keep coming; else the configured count."""
 
     def __init__(self, configured: int) -> None:
         self.configured = configured
-        self.current: int | None = None
+        self._thread = threading.local()  # the count set on each worker thread (a query lane has two)
         self.batcher: DynamicBatcher[Any, Any] | None = None
 
     def fit(self, batch: list[Any]) -> list[Any]:
-        query = self.batcher is not None and self.batcher.batch_has_query
-        wanted = 1 if query or len(batch) <= SMALL_BATCH else self.configured
-        if wanted != self.current:
+        batcher = self.batcher
+        busy = batcher is not None and (batcher.batch_has_query or batcher.queried_recently())
+        wanted = 1 if busy or len(batch) <= SMALL_BATCH else self.configured
+        if wanted != getattr(self._thread, "current", None):
             torch.set_num_threads(wanted)
-            self.current = wanted
+            self._thread.current = wanted
         return batch
+
+    def run(self, run: Callable[[Encoder, list[Any]], list[Any]], encoder: Encoder, batch: list[Any]) -> list[Any]:
+        self.fit(batch)
+        batcher = self.batcher
+        if batcher is not None and batcher.query_lane and not batcher.batch_has_query:
+            # an ingest batch that a query batch may run beside: counted as a request in flight, so
+            # the query's model keeps to its own thread instead of splitting onto a side thread
+            # (app/encoders/side_thread.py) for a core the ingest already holds
+            with in_flight():
+                return run(encoder, batch)
+        return run(encoder, batch)
 
 
 def _rows(emb: Embeddings, encoder: Encoder, n: int) -> list[Row]:

@@ -1,9 +1,11 @@
-"""Small asyncio helpers shared by the background loops."""
+"""Small helpers shared by the background loops and their threads."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import threading
 
 
 async def cancel_and_wait(task: asyncio.Task | None) -> None:
@@ -13,3 +15,13 @@ async def cancel_and_wait(task: asyncio.Task | None) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def lower_thread_priority(nice: int) -> None:
+    """Add ``nice`` to the calling thread's niceness (on Linux each thread has its own, and raising
+    it needs no privilege; new threads inherit it). Where threads cannot be reniced, nothing changes."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except (AttributeError, OSError):
+        pass
