@@ -19,12 +19,19 @@ sharded collections, under the lock request paths take to open a collection; the
 head, and each loads its partition's snapshot where it finds one on its node, else the catalog.
 Embedding workers are started again on the new head here (and by the first encode sent to them,
 app/cluster/embedding.py, should that come first).
+
+An API process running on a Ray node of its own (docker/ray-node-serve.sh) cannot rejoin that way:
+the node's raylet does not outlive its head, and a driver must run on a node. When the head has
+answered for ``NO_NODE_GRACE_S`` and joining still finds no node of its cluster on this machine,
+the process exits (code 3, after saying why) so that its supervisor starts node and process again;
+before, Ray itself ended the process after 60 s, head back or not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import sys
 import time
@@ -40,6 +47,15 @@ INTERVAL_S = 2.0
 # ray.shutdown() (~5 s with the head gone): 4 + 15 + 7.5 + 5 = 31.5 s of Ray's default 60.
 DISCONNECT_AFTER = 1 / 4
 GATE_WAIT = 1 / 8
+# a restarted head's own node registers within seconds; this long without one here means it is not coming
+NO_NODE_GRACE_S = 60.0
+EXIT_NO_NODE = 3
+
+
+def exit_process(code: int) -> None:
+    """Ends the process now, as Ray's own limit did (replaced in tests)."""
+    logging.shutdown()
+    os._exit(code)
 
 
 def head_address() -> str | None:
@@ -67,10 +83,12 @@ def disconnect_after_s() -> float:
     return ray_runtime.gcs_timeout_s() * DISCONNECT_AFTER
 
 
-async def watch_head(services: Any, interval_s: float = INTERVAL_S) -> None:
+async def watch_head(services: Any, interval_s: float = INTERVAL_S, address: str | None = None) -> None:
     """Runs until cancelled; checks membership each round, since start-up rewrites ``not_ready`` as it loads."""
-    address = None
+    from app.cluster.ray_connect import NoLocalNode
+
     lost_at: float | None = None  # monotonic time of the first failed probe of this outage
+    no_node_at: float | None = None  # ... of the first rejoin that found no Ray node here
     while True:
         address = head_address() or address  # kept while Ray is disconnected for a rejoin
         if address is not None:
@@ -90,10 +108,18 @@ async def watch_head(services: Any, interval_s: float = INTERVAL_S) -> None:
                 log.warning("the Ray head at %s answers again; rejoining it", address)
                 try:
                     await asyncio.to_thread(rejoin, services)
+                except NoLocalNode as exc:
+                    no_node_at = no_node_at or time.monotonic()
+                    if time.monotonic() - no_node_at >= NO_NODE_GRACE_S:
+                        log.critical("the Ray head at %s is back, but for %.0f s this machine has had no Ray node of "
+                                     "its cluster (%s): exiting, for the supervisor to start this machine's node and "
+                                     "this process again", address, NO_NODE_GRACE_S, exc)
+                        exit_process(EXIT_NO_NODE)
+                    log.warning("could not rejoin the Ray head at %s yet: %s", address, exc)
                 except Exception:  # noqa: BLE001 - not up yet after all: stay not ready, try again next round
                     log.exception("could not rejoin the Ray head at %s", address)
                 else:
-                    lost_at = None
+                    lost_at = no_node_at = None
                     ray_runtime.mark_head_lost(False)
                     services.not_ready = [r for r in services.not_ready if r != reason]
         await asyncio.sleep(interval_s)

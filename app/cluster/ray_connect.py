@@ -39,6 +39,10 @@ class RayHeadUnavailable(RuntimeError):
     """The Ray cluster at RECALL_RAY_ADDRESS cannot be joined; the message says which setting to fix."""
 
 
+class NoLocalNode(RayHeadUnavailable):
+    """The head answers, but this machine has no Ray node of its cluster (a driver must run on one)."""
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -158,15 +162,26 @@ def init_ray(address: str, cluster: ClusterSettings, namespace: str) -> None:
         else:
             ray.init(address=address, **options)
     except Exception as exc:  # noqa: BLE001 - translated into the one message serve prints
-        raise RayHeadUnavailable(_init_failed(address, cluster, exc)) from exc
+        causes = _causes(exc)
+        kind = NoLocalNode if _no_local_node(causes) else RayHeadUnavailable
+        raise kind(_init_failed(address, cluster, causes)) from exc
 
 
-def _init_failed(address: str, cluster: ClusterSettings, exc: BaseException) -> str:
+def _causes(exc: BaseException | None) -> list[str]:
     causes: list[str] = []
     while exc is not None and len(causes) < 5:  # ray.init wraps the cause in "Failed to connect to Ray cluster"
         causes.append(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         exc = exc.__cause__ or exc.__context__
-    if any("No node info found" in text for text in causes):
+    return causes
+
+
+def _no_local_node(causes: list[str]) -> bool:
+    # none registered at this machine's address, or only one left from a cluster the head no longer is
+    return any("No node info found" in text or "Failed to get node info for possible node ids" in text for text in causes)
+
+
+def _init_failed(address: str, cluster: ClusterSettings, causes: list[str]) -> str:
+    if _no_local_node(causes):
         # a driver attaches to a Ray node on its own machine; none has the address it looked for
         where = f"RECALL_CLUSTER__NODE_IP={cluster.node_ip!r}" if cluster.node_ip else "this machine's address"
         return (f"joined the Ray cluster at RECALL_RAY_ADDRESS={address!r} but found no Ray node of it on this "
