@@ -43,10 +43,10 @@ log = logging.getLogger(__name__)
 
 INTERVAL_S = 2.0
 # Ray's clock starts when the GCS connection fails; this one at the first failed probe (up to two
-# intervals later on a dead machine). Then the wait for calls in flight (an eighth) and
-# ray.shutdown() (~5 s with the head gone): 4 + 15 + 7.5 + 5 = 31.5 s of Ray's default 60.
+# intervals later on a dead machine). Then the wait for calls in flight (a shard call's timeout, within
+# an eighth and a quarter) and ray.shutdown() (~5 s with the head gone): 4 + 15 + 11 + 5 = 35 s of Ray's 60.
 DISCONNECT_AFTER = 1 / 4
-GATE_WAIT = 1 / 8
+GATE_WAIT = (1 / 8, 1 / 4)
 # a restarted head's own node registers within seconds; this long without one here means it is not coming
 NO_NODE_GRACE_S = 60.0
 EXIT_NO_NODE = 3
@@ -103,7 +103,7 @@ async def watch_head(services: Any, interval_s: float = INTERVAL_S, address: str
                 if reason not in services.not_ready:
                     services.not_ready = [*services.not_ready, reason]
                 if ray_runtime.connected() and time.monotonic() - lost_at >= disconnect_after_s():
-                    await asyncio.to_thread(leave, address)
+                    await asyncio.to_thread(leave, address, services.settings.cluster.shard_timeout_s)
             elif lost_at is not None or reason in services.not_ready:
                 log.warning("the Ray head at %s answers again; rejoining it", address)
                 try:
@@ -125,14 +125,19 @@ async def watch_head(services: Any, interval_s: float = INTERVAL_S, address: str
         await asyncio.sleep(interval_s)
 
 
-def leave(address: str) -> None:
-    """Leave the lost cluster before Ray's core worker ends this process (ray_runtime.disconnect)."""
+def leave(address: str, shard_timeout_s: float) -> None:
+    """Leave the lost cluster before Ray's core worker ends this process (ray_runtime.disconnect).
+
+    Shard calls in flight end by their timeout (a shard outliving its head may still answer), so the
+    gate waits that long, within bounds that leave ray.shutdown() its time inside Ray's limit.
+    """
     limit = ray_runtime.gcs_timeout_s()
     log.warning("the Ray head at %s has been unreachable for %.0f s: leaving its cluster before Ray's own limit "
                 "(%s=%.0f s) would end this process; sharded searches answer 503 until it is back",
                 address, disconnect_after_s(), ray_runtime.GCS_TIMEOUT_VARIABLE, limit)
     start = time.monotonic()
-    ray_runtime.disconnect(limit * GATE_WAIT)
+    shortest, longest = (limit * share for share in GATE_WAIT)
+    ray_runtime.disconnect(min(longest, max(shortest, shard_timeout_s + 1.0)))
     log.warning("left the Ray cluster of %s in %.1f s", address, time.monotonic() - start)
 
 
