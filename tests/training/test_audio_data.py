@@ -67,29 +67,6 @@ def test_triplets_and_pairs_follow_their_rules() -> None:
         assert (records[first].label == records[second].label) == bool(same)
 
 
-@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
-def test_same_speaker_negatives_come_at_the_asked_share(share: float) -> None:
-    records = _records()
-    speakers = len({r.speaker for r in records})
-    index = LabelIndex([r.label for r in records], [r.speaker for r in records])
-    rows = triplet_batch(index, 4000, np.random.default_rng(1), same_speaker_negatives=share)
-    own = np.array([records[a].speaker == records[n].speaker for a, _, n in rows])
-    for a, p, n in rows:
-        assert records[a].label == records[p].label != records[n].label
-    # a random negative is the anchor's speaker about 1/speakers of the time; the rest of the share is forced
-    expected = share + (1 - share) / speakers
-    assert abs(own.mean() - expected) < 0.05, (own.mean(), expected)
-
-
-def test_same_speaker_negatives_fall_back_when_a_speaker_said_one_word() -> None:
-    index = LabelIndex(["a", "a", "b", "b"], ["x", "y", "y", "z"])
-    rows = triplet_batch(index, 200, np.random.default_rng(0), same_speaker_negatives=1.0)
-    for a, p, n in rows:
-        assert index.labels[a] != index.labels[n]
-        if index.speakers[a] == "y":  # y said both words: its negative is its own other word
-            assert index.speakers[n] == "y"
-
-
 def test_noise_is_added_at_the_requested_snr() -> None:
     rng = np.random.default_rng(0)
     clean = np.sin(np.arange(80000) * 0.05).astype(np.float32)

@@ -64,9 +64,6 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--pairs", choices=["balanced", "unbalanced"], default="balanced", help="siamese pair sampling")
     p.add_argument("--mining", choices=["random", "semihard", "hard"], default="semihard",
                    help="attn-hash negatives: random (paper 004; learnt far slower here) or mined in the batch")
-    p.add_argument("--same-speaker-negatives", type=float, default=0.0, metavar="P",
-                   help="attn-hash: draw this share of negatives from the anchor's own speaker (another word), "
-                        "so that a voice saying another word ranks below another voice saying the same one")
     p.add_argument("--no-augment", dest="augment", action="store_false")
     p.add_argument("--spec-augment", action="store_true",
                    help="attn-hash: also mask random mel bands and frames (SpecAugment) in training")
@@ -169,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         window_s=args.window, hop_s=args.hop, hidden=args.hidden, heads=args.heads, d_a=args.d_a, hash_norm=args.hash_norm, output_relu=args.output_relu, dropout=args.dropout,
         epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience, lr_patience=args.lr_patience, keep=args.keep,
         seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
-        mining=args.mining, same_speaker_negatives=args.same_speaker_negatives, augment=args.augment, spec_augment=args.spec_augment,
+        mining=args.mining, augment=args.augment, spec_augment=args.spec_augment,
         channel_augment=args.channel_augment, cache_dir=args.cache_dir or None, threads=args.threads,
         device=args.device, description=args.description, extra_manifests=args.extra_manifests, init_from=args.init_from,
         command=_command(args), features=frontend_features(args.frontend), bank_copies=args.bank_copies,

@@ -55,33 +55,19 @@ class LabelIndex:
                 members = others
         return int(rng.choice(members))
 
-    def negative(self, anchor: int, rng: np.random.Generator, same_speaker: bool = False) -> int:
-        """A clip of a random other label (paper 004: "randomly select another speech segment").
-
-        ``same_speaker``: from the anchor's own speaker when they said another label. With
-        cross-speaker positives this is the triplet that query-by-example across voices fails on: the
-        same voice saying another word must rank below another voice saying the same word.
-        """
-        if same_speaker and self.speakers[anchor]:
-            own = np.flatnonzero((self.speakers == self.speakers[anchor]) & (self.labels != self.labels[anchor]))
-            if len(own):
-                return int(rng.choice(own))
+    def negative(self, anchor: int, rng: np.random.Generator) -> int:
+        """A clip of a random other label (paper 004: "randomly select another speech segment")."""
         while True:
             candidate = int(rng.integers(self.n))
             if self.labels[candidate] != self.labels[anchor]:
                 return candidate
 
 
-def triplet_batch(index: LabelIndex, batch_size: int, rng: np.random.Generator,
-                  same_speaker_negatives: float = 0.0) -> np.ndarray:
+def triplet_batch(index: LabelIndex, batch_size: int, rng: np.random.Generator) -> np.ndarray:
     """(batch_size, 3) rows of (anchor, positive, negative) indices, anchors uniform over clips
-    that have a positive; negatives may be any clip of another label, and with probability
-    ``same_speaker_negatives`` one the anchor's speaker said."""
+    that have a positive; negatives may be any clip of another label."""
     anchors = index.anchor_sample(rng, batch_size)
-    if not same_speaker_negatives:  # no extra draws: seeded runs stay what they were before the option
-        return np.array([(a, index.positive(a, rng), index.negative(a, rng)) for a in anchors], dtype=np.int64)
-    return np.array([(a, index.positive(a, rng), index.negative(a, rng, rng.random() < same_speaker_negatives))
-                     for a in anchors], dtype=np.int64)
+    return np.array([(a, index.positive(a, rng), index.negative(a, rng)) for a in anchors], dtype=np.int64)
 
 
 def pair_batch(index: LabelIndex, batch_size: int, rng: np.random.Generator, balanced: bool) -> np.ndarray:

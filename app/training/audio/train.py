@@ -80,7 +80,6 @@ class TrainConfig:
     margin: float = 0.5  # triplet theta (cosine) or contrastive m (euclidean)
     pairs: Literal["balanced", "unbalanced"] = "balanced"
     mining: Literal["random", "semihard", "hard"] = "semihard"
-    same_speaker_negatives: float = 0.0  # attn-hash: share of sampled negatives said by the anchor's speaker
     augment: bool = True
     spec_augment: bool = False  # attn-hash: mask random mel bands and frames (app/training/audio/spec_augment.py)
     channel_augment: bool = False  # random equaliser and room on training windows (app/training/audio/channel_augment.py)
@@ -96,8 +95,6 @@ class TrainConfig:
     bank_copies: int = 0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.same_speaker_negatives <= 1.0:
-            raise ValueError(f"same_speaker_negatives is a probability, got {self.same_speaker_negatives}")
         if not (8 <= self.bits <= 2048 and self.bits % 8 == 0):
             raise ValueError(f"bits must be a multiple of 8 between 8 and 2048, got {self.bits}")
         if self.model not in BUILDERS:
@@ -260,7 +257,7 @@ class Trainer:
         # spread the embeddings avoids that; the paper's coefficients hold after the ramp.
         ramp = min(1.0, self.epoch / cfg.quant_warmup) if cfg.quant_warmup > 0 else 1.0
         self.weights = HashLossWeights(cfg.alpha, cfg.beta, cfg.gamma * ramp, cfg.margin)
-        rows = triplet_batch(self.index, cfg.batch_size, self.rng, cfg.same_speaker_negatives)
+        rows = triplet_batch(self.index, cfg.batch_size, self.rng)
         feats = self._train_features(rows.T.ravel())
         if cfg.spec_augment:
             feats = mask_features(feats, self.net.input_mean, self.rng, MaskConfig())
