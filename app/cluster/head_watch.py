@@ -154,4 +154,10 @@ def rejoin(services: Any) -> int:
     reopen = getattr(services.encoders, "reopen_workers", None)
     if reopen is not None:  # embedding workers start on the new head while the first encodes are on their way
         reopen()
+    try:  # shard actors of collections deleted meanwhile, on a head that kept its actors (app/cluster/shard_lifecycle.py)
+        from app.cluster.shard_lifecycle import sweep_orphan_shards
+
+        sweep_orphan_shards(services.catalog, services.settings.catalog_url)
+    except Exception:  # noqa: BLE001 - the catalog may be away too: the next rejoin sweeps again
+        log.exception("could not sweep orphan shard actors on the rejoined head")
     return len(stale)

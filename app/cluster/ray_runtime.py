@@ -78,6 +78,13 @@ def head_lost() -> bool:
     return _head_lost.is_set()
 
 
+def require_head(needed_for: str) -> None:
+    """Raise :class:`RayUnavailable` (503, Retry-After) while the head is lost or left, before anything is changed:
+    for operations that must not half happen (a sharded collection created or deleted, app/cluster/shard_lifecycle.py)."""
+    if head_lost() or GATE.closed:
+        raise RayUnavailable(needed_for)
+
+
 def ensure_ray(address: str, cluster: ClusterSettings | None = None) -> None:
     """``ray.init`` unless this process is already connected (tests start one local Ray per session).
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from app.cluster.ray_runtime import GATE, NAMESPACE, Reconnecting, ensure_ray
+from app.cluster.ray_runtime import GATE, NAMESPACE, Reconnecting, ensure_ray, require_head
 from app.cluster.topk import merge_topk
 from app.errors import Unhealthy
 from app.index import BinaryIndex, FloatIndex
@@ -82,6 +82,8 @@ class RemoteCollectionIndex:
 
         from app.cluster.shard_actor import ShardActor
 
+        # a lost head would take the shard actors' creation and first sync (up to BUILD_TIMEOUT_S) with it: 503 now
+        require_head("opening a sharded collection (its shard actors)")
         ensure_ray(settings.ray_address, settings.cluster)
         count = settings.index_shards
         remote = ray.remote(ShardActor)
@@ -219,25 +221,41 @@ class RemoteCollectionIndex:
     def snapshot(self, catalog: Any) -> None:
         """Nothing to write: the shards rebuild from the catalog."""
 
+    def ensure_deletable(self) -> None:
+        """Before the catalog row goes: its shard actors and their snapshots can only be removed through the head,
+        so while it is lost the delete answers 503 ray_unavailable with nothing deleted (retry once it is back)."""
+        require_head("deleting a sharded collection (its shard actors and their snapshots)")
+
     def delete_files(self) -> None:
         """The collection was deleted: its shard actors go too, their snapshots first."""
         retire_shards(self.actors)
 
 
-def retire_shards(actors: list[Any]) -> None:
-    """Delete each shard's snapshots (waiting a few seconds at most), then end it for good."""
+def retire_shards(actors: list[Any]) -> bool:
+    """Delete each shard's snapshots (waiting a few seconds at most), then end it for good; whether Ray could be asked.
+
+    Never raises: it runs after the catalog row is gone, so a head lost in between leaves the actors to die
+    with it, or, if it survives, to the orphan sweep run on rejoin (app/cluster/shard_lifecycle.py).
+    """
     import ray
 
-    dropped = [actor.drop_snapshots.remote() for actor in actors]
     try:
-        ray.wait(dropped, num_returns=len(dropped), timeout=5.0)
-    except Exception:  # noqa: BLE001 - a shard already gone has nothing to drop here
-        pass
-    for actor in actors:
-        try:
-            ray.kill(actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
+        with GATE.use():
+            dropped = [actor.drop_snapshots.remote() for actor in actors]
+            try:
+                ray.wait(dropped, num_returns=len(dropped), timeout=5.0)
+            except Exception:  # noqa: BLE001 - a shard already gone has nothing to drop here
+                pass
+            for actor in actors:
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+        return True
+    except Exception as exc:  # noqa: BLE001 - Reconnecting, or Ray left: nothing can be asked of the head now
+        log.warning("%d shard actor(s) not retired (%s: %s): left to the orphan sweep on rejoin",
+                    len(actors), type(exc).__name__, exc)
+        return False
 
 
 class _RemoteKind:

@@ -236,19 +236,39 @@ class Services:
             description=request.get("description") or "", created_at=time.time(), encoder_version=encoder.version,
             index_spec=spec,
         )
+        if self.shared:
+            from app.cluster.backends import ensure_openable
+
+            ensure_openable(self.settings)  # Ray shards with the head lost: 503 before anything is written
         self.catalog.create_collection(collection)
-        self.collections[name] = await asyncio.to_thread(self._open_collection, collection)
+        try:
+            self.collections[name] = await asyncio.to_thread(self._open_collection, collection)
+        except Exception:
+            if self.shared:  # not created after all: the row goes again, so the name stays free (503 kept)
+                await asyncio.to_thread(self._withdraw_create, collection)
+            raise
         return collection
+
+    def _withdraw_create(self, collection: Collection) -> None:
+        from app.cluster.backends import withdraw_failed_create
+
+        try:
+            withdraw_failed_create(self.settings, self.catalog, collection)
+        except Exception:  # noqa: BLE001 - the create's own error is the answer; this is logged
+            log.exception("collection %r: could not withdraw the catalog row of a create that failed", collection.name)
 
     async def delete_collection(self, name: str) -> None:
         state = self.state(name)
         async with state.write_lock:
+            ensure_deletable = getattr(state.index, "ensure_deletable", None)
+            if ensure_deletable is not None:  # Ray shards with the head lost: 503 ray_unavailable, nothing deleted
+                ensure_deletable()
             media = await asyncio.to_thread(self.catalog.delete_collection, name)
             self.collections.pop(name, None)
             for scan in (state.scans.binary, state.scans.float):
                 if scan is not None:
                     await scan.stop()
-            state.index.delete_files()
+            await asyncio.to_thread(state.index.delete_files)  # Ray shards: up to 5 s for their snapshots to go
             self.posthoc.forget(state.collection)
             self.media.delete(media)
             self.media.delete_collection(name)
