@@ -8,7 +8,10 @@ the outage can outlast it in seconds: a bare Ray driver joined to the same head,
 process, shows the limit biting at 24 s, while `recall serve` leaves the lost cluster in time
 (app/cluster/head_watch.py), stays up answering 503 with Retry-After for what needs Ray and 200 for
 catalog-only routes, and once the head is back rejoins it: every acknowledged item is found again,
-and an ingest reopens the embedding worker on the new head.
+and an ingest reopens the embedding worker on the new head. The same (single) outage also drives every
+route of the sharded collection: create and delete answer 503 ray_unavailable and change nothing (the name
+free, the collection deletable once the head is back, then gone with its shard actor and snapshot), an
+item delete and an ingest job are accepted and take effect on the new head, none answers 500.
 """
 
 from __future__ import annotations
@@ -78,10 +81,12 @@ def _assert_retry_503(answer: httpx.Response, code: str | None = None) -> None:
 def test_an_outage_longer_than_rays_limit_leaves_the_api_up_and_503_then_it_recovers(tmp_path, pg_url):
     head = RayHead(cpus=2).start()
     bare = None
+    snaps = tmp_path / "snaps"
     try:
         api = serve(tmp_path / "data", pg_url, **head.env(), RECALL_INDEX_SHARDS="1",
                     RECALL_CLUSTER__EMBED_WORKERS="1", RECALL_CLUSTER__EMBED_CPUS="0.5",
                     RECALL_CLUSTER__SHARD_TIMEOUT_S="3",  # a search's wait for the lost shard, inside the gate's wait
+                    RECALL_CLUSTER__SHARD_SNAPSHOT_DIR=str(snaps), RECALL_CLUSTER__SHARD_SNAPSHOT_S="1",
                     RAY_gcs_rpc_server_reconnect_timeout_s=str(GCS_TIMEOUT_S))
         try:
             bare_log = tmp_path / "bare-driver.log"
@@ -140,6 +145,7 @@ def test_an_outage_longer_than_rays_limit_leaves_the_api_up_and_503_then_it_reco
                     _assert_retry_503(answer, "ray_unavailable")
             assert ingests[-1].status_code == 503
             assert ready_reasons_name_the_head(api.url, head.address)
+            job = _collection_routes_while_the_head_is_away(api.url, acknowledged)
 
             head.proc.wait()
             head.start()  # the same address, a new (empty) Ray cluster
@@ -147,6 +153,15 @@ def test_an_outage_longer_than_rays_limit_leaves_the_api_up_and_503_then_it_reco
             while httpx.get(f"{api.url}/readyz", timeout=30).status_code != 200 or _search(api.url, clips["o2"]).status_code != 200:
                 assert api.proc.poll() is None and time.time() < deadline, "the API did not recover on the restarted head"
                 time.sleep(0.5)
+            # the ingest job accepted meanwhile retried its ray_unavailable and completes on the new head
+            deadline = time.time() + 120
+            while (state := httpx.get(f"{api.url}/v1/jobs/{job}", timeout=30).json())["status"] != "completed":
+                assert state["status"] != "failed" and time.time() < deadline, state
+                time.sleep(1.0)
+            assert state["indexed"] == 1, state
+            acknowledged["j0"] = JOB_CLIP
+            # the item deleted meanwhile is gone from the rebuilt shard too
+            assert _search(api.url, tone_wav(260.0 + 113 * 3, seconds=1.5)).json()["results"][0]["id"] != "o3"
             # every acknowledged item, from its shard rebuilt on the new head; none of the refused ingests
             for name, clip in acknowledged.items():
                 hit = _search(api.url, clip).json()["results"][0]
@@ -162,6 +177,7 @@ def test_an_outage_longer_than_rays_limit_leaves_the_api_up_and_503_then_it_reco
                                    capture_output=True, text=True, timeout=120)
             assert named.returncode == 0, named.stderr[-3000:]
             assert any(name.startswith("embed:") for name in named.stdout.split()), named.stdout
+            _collections_after_the_outage(api.url, head.address, pg_url, snaps)
             assert api.proc.poll() is None  # the same process throughout
         finally:
             api.kill()
@@ -170,6 +186,62 @@ def test_an_outage_longer_than_rays_limit_leaves_the_api_up_and_503_then_it_reco
             bare.kill()
             bare.wait()
         head.stop()
+
+
+JOB_CLIP = tone_wav(2111.0, seconds=1.5)
+
+
+def _collection_routes_while_the_head_is_away(url: str, acknowledged: dict[str, bytes]) -> str:
+    """Past the disconnect: every route of the sharded collection "w" answers as documented, none 500s.
+    Create and delete need the head (503 ray_unavailable, nothing changed); catalog-only routes answer;
+    an ingest job is accepted and retries. Returns the job's id."""
+    _assert_retry_503(httpx.post(f"{url}/v1/collections", json={"name": "n", "modality": "audio"}, timeout=60),
+                      "ray_unavailable")
+    _assert_retry_503(httpx.delete(f"{url}/v1/collections/w", timeout=60), "ray_unavailable")
+    listed = httpx.get(f"{url}/v1/collections", timeout=60)
+    assert listed.status_code == 200 and [c["name"] for c in listed.json()["data"]] == ["w"], listed.text
+    assert httpx.get(f"{url}/v1/collections/n", timeout=60).status_code == 404  # no catalog row left behind
+    described = httpx.get(f"{url}/v1/collections/w", timeout=60)
+    assert described.status_code == 200 and described.json()["items"] == len(acknowledged), described.text
+    item = httpx.get(f"{url}/v1/collections/w/items/o1", timeout=60)
+    assert item.status_code == 200 and item.json()["id"] == "o1", item.text
+    assert httpx.delete(f"{url}/v1/collections/w/items/o3", timeout=60).status_code == 204  # catalog only
+    acknowledged.pop("o3")
+    accepted = httpx.post(f"{url}/v1/collections/w/items", params={"wait": "false"},
+                          files={"files": ("j0.wav", JOB_CLIP)}, data={"ids": "j0"}, timeout=60)
+    assert accepted.status_code == 202, accepted.text
+    job = accepted.json()["id"]
+    state = httpx.get(f"{url}/v1/jobs/{job}", timeout=60)
+    assert state.status_code == 200 and state.json()["status"] != "failed", state.text
+    return job
+
+
+def _collections_after_the_outage(url: str, address: str, pg_url: str, snaps: Path) -> None:
+    """The name refused meanwhile is free; the collection whose delete was refused is deleted now, with its shard
+    actor and its snapshot, and stays deleted."""
+    from types import SimpleNamespace
+
+    from app.cluster.remote_index import actor_name
+    from app.cluster.shard_actor import snapshot_folder
+
+    assert httpx.post(f"{url}/v1/collections", json={"name": "n", "modality": "audio"}, timeout=120).status_code == 201
+    created_at = httpx.get(f"{url}/v1/collections/w", timeout=60).json()["created_at"]
+    folder = snapshot_folder(str(snaps), actor_name(pg_url, SimpleNamespace(name="w", created_at=created_at), 0, 1))
+    deadline = time.time() + 30
+    while not folder.is_dir():  # written within a second of the shard's (re)opening
+        assert time.time() < deadline, sorted(p.name for p in snaps.iterdir())
+        time.sleep(0.5)
+    deleted = httpx.delete(f"{url}/v1/collections/w", timeout=60)
+    assert deleted.status_code == 204, deleted.text
+    assert not folder.exists()
+    time.sleep(2.5)  # the follower polls the catalog every second: it must not bring "w" back
+    assert httpx.get(f"{url}/v1/collections/w", timeout=60).status_code == 404
+    assert [c["name"] for c in httpx.get(f"{url}/v1/collections", timeout=60).json()["data"]] == ["n"]
+    named = subprocess.run([sys.executable, "-c", LIST_ACTORS, address], cwd=ROOT, env=_ray_free_env(),
+                           capture_output=True, text=True, timeout=120)
+    assert named.returncode == 0, named.stderr[-3000:]
+    shards = [name for name in named.stdout.split() if name.startswith("shard:")]
+    assert shards and all(":w:" not in name for name in shards), shards  # n's shard only
 
 
 def ready_reasons_name_the_head(url: str, address: str) -> bool:
