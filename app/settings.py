@@ -24,8 +24,9 @@ class BatchingSettings(BaseModel):
         1024, ge=1, description="Requests waiting per encoder before new ones get 429; a low limit refuses clients instead of letting them wait too long."
     )
     query_lane: bool = Field(
-        False, description="Run query batches on a thread of their own, beside the ingest batch in flight, instead of "
-        "after it; ingest model work keeps to one thread while queries keep coming (app/worker/batcher.py)."
+        True, description="Run query batches on a thread of their own, beside the ingest batch in flight, instead of "
+        "after it; ingest model work keeps to one thread while queries keep coming (app/worker/batcher.py; "
+        "bench/results/ingest_search_ab.json). false: one thread, queries first, ingest batches cut small while they come."
     )
     ingest_batch_while_queried: int = Field(
         0, ge=0, le=1024, description="Most ingest inputs per batch while queries keep coming (one in the last second); "

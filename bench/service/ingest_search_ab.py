@@ -10,13 +10,13 @@ served with other ``RECALL_BATCHING__*`` environment variables:
 * ``one_lane_4``: the same with ingest batches of 4 while queries come;
 * ``query_lane``: query batches run on a second thread, beside the ingest batch in flight; ingest batches
   keep their 32 windows, on one torch thread while queries keep coming;
-* ``query_lane_nice10``: the same with the ingest thread at niceness +10, so that when the query and the
-  ingest thread want one core, the query gets it.
+* ``query_lane_nice5`` / ``query_lane_nice10``: the same with the ingest thread at niceness +5 / +10, so
+  that when a query and the ingest thread want one core, the query gets most of it.
 
 Every variant gets its own server (``bench.service.query_path.Server``) on a copy of one corpus
 (``bench.service.query_corpus``), all started first; then ``--rounds`` rounds, each variant in turn in
 an order rotated every round (the machine is shared: its drift falls on every variant alike). One turn:
-one client sends ``--alone`` 1-second WAV searches back to back, then a 10-minute FLAC recording is
+one client sends ``--alone`` 1-second WAV searches back to back (or at ``--rate`` per second), then a 10-minute FLAC recording is
 ingested over the API while the same client keeps searching on one keep-alive connection. Per variant:
 p50/p99 of the searches alone and of those that overlapped an ingest, and the ingest's real-time factor
 (recording seconds / its wall time; the searches beside it take their share of the cores).
@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "one_lane_8": {**_ONE_LANE, "RECALL_BATCHING__INGEST_BATCH_WHILE_QUERIED": "8"},
     "one_lane_4": {**_ONE_LANE, "RECALL_BATCHING__INGEST_BATCH_WHILE_QUERIED": "4"},
     "query_lane": {**_QUERY_LANE, "RECALL_BATCHING__INGEST_NICE": "0"},
+    "query_lane_nice5": {**_QUERY_LANE, "RECALL_BATCHING__INGEST_NICE": "5"},
     "query_lane_nice10": {**_QUERY_LANE, "RECALL_BATCHING__INGEST_NICE": "10"},
 }
 ANSWER_TOLERANCE = 1e-5
@@ -70,12 +72,19 @@ def _load() -> dict[str, float]:
 
 
 async def _search_until(conn: RawConnection, reqs: list[Req], start: int, done: asyncio.Future | None,
-                        count: int, t0: float) -> tuple[list[float], list[float], list[str]]:
-    """Back-to-back searches on one connection: ``count`` of them, or (``done`` given) until it is done.
-    Returns latencies (ms), start offsets from ``t0`` (s) and any non-200 statuses."""
+                        count: int, t0: float, rate: float = 0.0) -> tuple[list[float], list[float], list[str]]:
+    """Searches on one connection, back to back or (``rate`` > 0) each starting 1/rate s after the last
+    one started (at once when that one took longer): ``count`` of them, or (``done`` given) until it is
+    done. Returns latencies (ms), start offsets from ``t0`` (s) and any non-200 statuses."""
     lat, starts, bad = [], [], []
     i = start
+    next_at = time.perf_counter()
     while (done is None and i - start < count) or (done is not None and not done.done()):
+        if rate > 0:
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+            next_at = max(next_at + 1 / rate, time.perf_counter())
+            if done is not None and done.done():
+                break
         t = time.perf_counter()
         status, _ = await conn.request(reqs[i % len(reqs)])
         if status == 200:
@@ -110,7 +119,7 @@ def _same_answers(a: list[list[dict[str, Any]]], b: list[list[dict[str, Any]]], 
 
 
 async def _turn(server: Server, reqs: list[Req], recording: bytes, encoder: str, alone: int,
-                offset: int) -> dict[str, Any]:
+                offset: int, rate: float) -> dict[str, Any]:
     """One variant's turn: searches alone, then an ingest with searches beside it; the recording's
     answers to the first clips before its collection is deleted."""
     name = f"rec{int(time.time() * 1000)}"
@@ -120,11 +129,11 @@ async def _turn(server: Server, reqs: list[Req], recording: bytes, encoder: str,
         conn = RawConnection("127.0.0.1", server.port)
         try:
             t0 = time.perf_counter()
-            lat_alone, _, bad_alone = await _search_until(conn, reqs, offset, None, alone, t0)
+            lat_alone, _, bad_alone = await _search_until(conn, reqs, offset, None, alone, t0, rate)
             cpu, started = server.cpu_seconds(), time.perf_counter()
             ingest = asyncio.ensure_future(client.post(f"/v1/collections/{name}/items",
                                                        files={"files": ("rec.flac", recording)}))
-            lat_during, starts, bad_during = await _search_until(conn, reqs, offset, ingest, 0, started)
+            lat_during, starts, bad_during = await _search_until(conn, reqs, offset, ingest, 0, started, rate)
             response = await ingest
             ingest_s = time.perf_counter() - started
             server_cpu = server.cpu_seconds() - cpu
@@ -161,11 +170,36 @@ def _summary(turns: list[dict[str, Any]], recording_s: float) -> dict[str, Any]:
     }
 
 
+def _finish(result: dict[str, Any], names: list[str], turns: dict[str, list[dict[str, Any]]],
+            corpus_answers: dict[str, Any], args: argparse.Namespace, partial: bool) -> None:
+    """Summaries and answer checks of the turns so far, written to ``args.out``."""
+    done = [n for n in names if turns[n]]
+    first = done[0]
+    result["partial"] = partial
+    result["runs"] = {n: _summary(turns[n], args.minutes * 60) for n in done}
+    result["answers"] = {
+        "corpus_same_as_" + names[0]: {n: _same_answers(corpus_answers[names[0]], corpus_answers[n], True) for n in names},
+        "ingested_recording_same_as_" + first: {
+            n: all(_same_answers(turns[first][0]["answers"], t["answers"], False) for t in turns[n]) for n in done},
+        "tolerance_distance": ANSWER_TOLERANCE,
+        "ingested_collection": {n: turns[n][0]["collection"] for n in done},
+    }
+    result["machine"]["load_after"] = _load()
+    if partial:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    else:
+        write_results(result, args.out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {sorted(VARIANTS)}")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--alone", type=int, default=200, help="searches alone before each ingest")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="searches per second (each starts 1/rate s after the last started); 0: back to back. "
+                        "A fixed rate gives every variant the same search work, so their ingest speeds compare")
     parser.add_argument("--windows", type=int, default=100_000)
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the ingested recording")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "recall-bench-corpus")
@@ -185,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         "head": subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip(),
         "command": "python -m bench.service.ingest_search_ab " + " ".join(argv if argv is not None else sys.argv[1:]),
         "encoders": {"audio": encoders.default_audio},
-        "scenario": f"one client, 1-s WAV searches back to back (k=10, {args.windows} windows): {args.alone} alone, then "
+        "scenario": f"one client, 1-s WAV searches {f'at {args.rate:g}/s' if args.rate else 'back to back'} "
+                    f"(k=10, {args.windows} windows): {args.alone} alone, then "
                     f"beside the ingest of a {args.minutes:g}-minute FLAC recording over the API; {args.rounds} rounds, "
                     "variants in an order rotated each round",
         "variants": {n: VARIANTS[n] for n in names},
@@ -204,7 +239,11 @@ def main(argv: list[str] | None = None) -> int:
                                                    args.windows, 0, data)
                 servers[name] = Server(ROOT, data, name)
                 servers[name].env.update(VARIANTS[name])
-                servers[name].start()
+            started = time.perf_counter()
+            with ThreadPoolExecutor(len(servers)) as pool:  # their loading overlaps: minutes less of the run
+                list(pool.map(Server.start, servers.values()))
+            result["servers_ready_s"] = time.perf_counter() - started
+            print(json.dumps({"servers_ready_s": result["servers_ready_s"]}), flush=True)
             corpus_answers = {}
             for name, server in servers.items():
                 async def warm_and_answer(server: Server = server) -> Any:
@@ -216,26 +255,16 @@ def main(argv: list[str] | None = None) -> int:
                 result["rounds"].append({"order": order, "load_before": _load()})
                 for name in order:
                     turn = asyncio.run(_turn(servers[name], reqs, recording, encoders.default_audio, args.alone,
-                                             offset=r * 7))
+                                             offset=r * 7, rate=args.rate))
                     turns[name].append(turn)
+                    _finish(result, names, turns, corpus_answers, args, partial=True)  # a run cut short keeps its turns
                     print(json.dumps({"round": r, "variant": name, "during_p99_ms": float(np.percentile(turn["during_ms"], 99)),
                                       "during_n": len(turn["during_ms"]), "ingest_s": turn["ingest_s"],
                                       "load_1m": os.getloadavg()[0]}), flush=True)
         finally:
             for server in servers.values():
                 server.stop()
-    first = names[0]
-    result["runs"] = {n: _summary(turns[n], args.minutes * 60) for n in names}
-    result["answers"] = {
-        "corpus_same_as_" + first: {n: _same_answers(corpus_answers[first], corpus_answers[n], True) for n in names},
-        "ingested_recording_same_as_" + first: {
-            n: all(_same_answers(turns[first][i]["answers"], t["answers"], False) for i, t in enumerate(turns[n]))
-            for n in names},
-        "tolerance_distance": ANSWER_TOLERANCE,
-        "ingested_collection": {n: turns[n][0]["collection"] for n in names},
-    }
-    result["machine"]["load_after"] = _load()
-    write_results(result, args.out)
+    _finish(result, names, turns, corpus_answers, args, partial=False)
     return 0
 
 
