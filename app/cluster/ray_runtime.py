@@ -20,6 +20,7 @@ embedding workers by app/cluster/embedding.py).
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 from contextlib import contextmanager
@@ -80,9 +81,29 @@ def head_lost() -> bool:
 
 def require_head(needed_for: str) -> None:
     """Raise :class:`RayUnavailable` (503, Retry-After) while the head is lost or left, before anything is changed:
-    for operations that must not half happen (a sharded collection created or deleted, app/cluster/shard_lifecycle.py)."""
-    if head_lost() or GATE.closed:
+    for operations that must not half happen (a sharded collection created or deleted, app/cluster/shard_lifecycle.py).
+
+    The head watch marks a lost head up to one probe interval late, so the GCS port is tried here too (a
+    connect, ~1 ms): a call that needs the GCS (creating or killing an actor) would otherwise wait on a dead head."""
+    if head_lost() or GATE.closed or not gcs_answers():
         raise RayUnavailable(needed_for)
+
+
+def gcs_answers(timeout_s: float = 1.0) -> bool:
+    """Whether the GCS this process is joined to accepts a connection (True when there is none to try:
+    not joined yet, or Ray Client)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return True
+    try:
+        host, _, port = ray.get_runtime_context().gcs_address.rpartition(":")
+    except Exception:  # noqa: BLE001 - Ray Client has no GCS address to try
+        return True
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def ensure_ray(address: str, cluster: ClusterSettings | None = None) -> None:

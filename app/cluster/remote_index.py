@@ -246,6 +246,7 @@ def retire_shards(actors: list[Any]) -> bool:
                 ray.wait(dropped, num_returns=len(dropped), timeout=5.0)
             except Exception:  # noqa: BLE001 - a shard already gone has nothing to drop here
                 pass
+            require_head("retiring shard actors")  # ray.kill goes through the GCS: never wait on a dead head
             for actor in actors:
                 try:
                     ray.kill(actor, no_restart=True)
