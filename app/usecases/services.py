@@ -239,7 +239,7 @@ class Services:
         if self.shared:
             from app.cluster.backends import ensure_openable
 
-            ensure_openable(self.settings)  # Ray shards with the head lost: 503 before anything is written
+            await asyncio.to_thread(ensure_openable, self.settings)  # Ray shards, head lost: 503, nothing written
         self.catalog.create_collection(collection)
         try:
             self.collections[name] = await asyncio.to_thread(self._open_collection, collection)
@@ -262,7 +262,7 @@ class Services:
         async with state.write_lock:
             ensure_deletable = getattr(state.index, "ensure_deletable", None)
             if ensure_deletable is not None:  # Ray shards with the head lost: 503 ray_unavailable, nothing deleted
-                ensure_deletable()
+                await asyncio.to_thread(ensure_deletable)  # (it tries the head's port: not on the event loop)
             media = await asyncio.to_thread(self.catalog.delete_collection, name)
             self.collections.pop(name, None)
             for scan in (state.scans.binary, state.scans.float):
