@@ -65,7 +65,7 @@ def build(codes: np.ndarray, ids: np.ndarray, nlist: int, refine: bool, cap: flo
 
 
 def measure(codes: np.ndarray, queries: np.ndarray, nlist: int, nprobes: list[int], caps: list[float],
-            lock: bool = True, passes: int = PASSES) -> dict[str, Any]:
+            lock: bool = True, passes: int = PASSES, only: list[str] | None = None) -> dict[str, Any]:
     """Every variant over the same codes and queries; returns the JSON's body."""
     import faiss
 
@@ -80,6 +80,7 @@ def measure(codes: np.ndarray, queries: np.ndarray, nlist: int, nprobes: list[in
     variants = [("faiss", False, None, TRAIN_POINTS_PER_LIST), ("faiss_sample_256", False, None, 256),
                 ("refined", True, None, TRAIN_POINTS_PER_LIST)]
     variants += [(f"capped_{cap:g}", True, cap, TRAIN_POINTS_PER_LIST) for cap in caps]
+    variants = [v for v in variants if not only or v[0] in only]
     runs = []
     for name, refine, cap, points in variants:
         ivf, build_s = build(codes, ids, nlist, refine, cap, points)
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--nprobe", type=int, nargs="+", default=NPROBES)
     parser.add_argument("--caps", type=float, nargs="+", default=CAPS)
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--variants", nargs="+", default=None, help="only these (faiss, faiss_sample_256, refined, capped_N)")
     parser.add_argument("--data", type=Path, default=audio_codes.SHARED_DATA)
     parser.add_argument("--embedded", type=Path, default=None, help="an embedded-windows .npz (default: embed --data once)")
     parser.add_argument("--cache", type=Path, default=audio_codes.CACHE)
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "scanned": "codes in the lists a query probes (the sum of their sizes): the work of one query",
         "timing": f"one query at a time, least disturbed of {PASSES} passes, under /tmp/recall-timing.lock; FAISS on one thread",
     }
-    result.update(measure(codes, queries, args.nlist, args.nprobe, args.caps, lock=not args.no_timing_lock))
+    result.update(measure(codes, queries, args.nlist, args.nprobe, args.caps, lock=not args.no_timing_lock, only=args.variants))
     result["load_average_end"] = list(os.getloadavg())
     write_results(result, args.out)
     return result
