@@ -1,10 +1,9 @@
 """Dynamic batching: many concurrent requests share one model (or index) call.
 
 A request submits a *group* of inputs (one image, or the hundreds of windows of a long
-recording) and awaits one future. A single background task forms batches of at most
-``max_batch_size`` inputs, taking whole or partial groups in arrival order. The batch function
-runs on one dedicated thread so model work never blocks the event loop and batches never run
-concurrently.
+recording) and awaits one future. A background task forms batches of at most ``max_batch_size``
+inputs, taking whole or partial groups in arrival order. The batch function runs on a dedicated
+thread so model work never blocks the event loop; two batches of one lane never run at once.
 
 How long a batch waits for company depends on who is in it. A *patient* group (ingest, the
 default) lets the batch wait up to ``max_wait_s`` after its first input. An *impatient* group
@@ -12,11 +11,12 @@ default) lets the batch wait up to ``max_wait_s`` after its first input. An *imp
 :meth:`DynamicBatcher.expecting`, that their inputs are on the way (a query being decoded), and
 still at most ``max_wait_s``. A lone query therefore goes straight to the model, while
 concurrent queries share batches: those that arrive while a batch runs form the next one.
-Queries never share a batch with ingest, and a query never waits for an ingest batch to finish:
+Queries never share a batch with ingest, nor wait behind a recording's queued windows:
 
-* with ``query_lane`` (two lanes), query batches run on a thread of their own, beside the ingest
-  batch in flight, and ingest batches keep their size (their model work drops to one thread while
-  queries keep coming, so the other core is the queries');
+* with ``query_lane`` (two lanes, each with its loop and thread; the encoders' default, see
+  ``batching.query_lane``), query batches run beside the ingest batch in flight, and ingest
+  batches keep their size (their model work drops to one thread while queries keep coming, so
+  the other core is the queries');
 * with one lane, queries go first, alone, and while they keep coming ingest runs in smaller
   batches (``ingest_batch_while_queried``), which bounds a query's wait for the batch in flight.
 
