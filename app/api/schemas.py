@@ -50,6 +50,21 @@ class IndexConfig(BaseModel):
     )
 
 
+class LiveRecallPublic(BaseModel):
+    """Recall@10 of the answering IVF on a sample of this collection's recent searches, measured in the background."""
+
+    recall_at_10: float | None = Field(description="mean tie-tolerant recall@10 of the IVF's answers (at each sampled query's "
+                                       "nprobe) against an exact flat scan of the same codes, as they were when measured")
+    queries: int = Field(description="sampled queries measured (the sample size)")
+    skipped: int = Field(0, description="sampled queries left out because one of their exact top 10 was deleted while measuring")
+    nprobes: list[int] | None = Field(None, description="the nprobe overrides among the sampled queries (null: all used the collection's)")
+    measured_at: float = Field(description="when the measurement ran (Unix time)")
+    busy_s: float | None = Field(None, description="seconds the measurement spent searching (on one thread)")
+    seconds: float | None = Field(None, description="wall seconds the measurement took: busy_s plus the pauses that keep it "
+                                  "to 5% of one core")
+    sampling: str | None = Field(None, description="which queries are sampled")
+
+
 class ShardIndexPublic(BaseModel):
     """One cluster shard's index (each shard trains and swaps its own IVF)."""
 
@@ -64,21 +79,7 @@ class ShardIndexPublic(BaseModel):
     trained_on: int | None = None
     last_build_s: float | None = None
     last_error: str | None = None
-
-
-class LiveRecallPublic(BaseModel):
-    """Recall@10 of the answering IVF on a sample of this collection's recent searches, measured in the background."""
-
-    recall_at_10: float | None = Field(description="mean tie-tolerant recall@10 of the IVF's answers (at each sampled query's "
-                                       "nprobe) against an exact flat scan of the same codes, as they were when measured")
-    queries: int = Field(description="sampled queries measured (the sample size)")
-    skipped: int = Field(0, description="sampled queries left out because one of their exact top 10 was deleted while measuring")
-    nprobes: list[int] | None = Field(None, description="the nprobe overrides among the sampled queries (null: all used the collection's)")
-    measured_at: float = Field(description="when the measurement ran (Unix time)")
-    busy_s: float | None = Field(None, description="seconds the measurement spent searching (on one thread)")
-    seconds: float | None = Field(None, description="wall seconds the measurement took: busy_s plus the pauses that keep it "
-                                  "to 5% of one core")
-    sampling: str | None = Field(None, description="which queries are sampled")
+    recall: LiveRecallPublic | None = Field(None, description="this shard's live recall@10 (see the collection's `recall`)")
 
 
 class IndexPublic(BaseModel):

@@ -13,7 +13,32 @@ from typing import Any
 
 from app.index.kinds import IndexSpec
 
-_PER_SHARD = ("answering", "building", "nlist", "nprobe", "trains_at", "trained_on", "last_build_s", "last_error")
+_PER_SHARD = ("answering", "building", "nlist", "nprobe", "trains_at", "trained_on", "last_build_s", "last_error", "recall")
+
+
+def merge_recall(measured: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One collection figure from the shards' live recall (each shard samples and measures its own IVF).
+
+    The query-weighted mean of the shards' recall@10. A merged top 10 takes each shard's best, so a shard's miss
+    costs the merged answer only where the missed window would have made the global top 10: the mean is the
+    pessimistic side of the collection's recall, never above what each shard measured.
+    """
+    scored = [m for m in measured if m.get("recall_at_10") is not None and m.get("queries")]
+    if not scored:
+        return None
+    queries = sum(m["queries"] for m in scored)
+    nprobes = sorted({n for m in scored for n in (m.get("nprobes") or [])}) or None
+    return {
+        "recall_at_10": sum(m["recall_at_10"] * m["queries"] for m in scored) / queries,
+        "queries": queries,
+        "skipped": sum(m.get("skipped") or 0 for m in scored),
+        "nprobes": nprobes,
+        "measured_at": min(m["measured_at"] for m in scored),  # the oldest shard's measurement
+        "busy_s": sum(m.get("busy_s") or 0.0 for m in scored),
+        "seconds": max(m.get("seconds") or 0.0 for m in scored),
+        "sampling": f"each of {len(scored)} shards samples its own IVF-answered queries; merged as the "
+                    "query-weighted mean of the shards' figures",
+    }
 
 
 def _common(values: list[Any]) -> Any:
@@ -52,6 +77,7 @@ def merge_shard_indices(spec: IndexSpec, stats: list[dict[str, Any] | None]) -> 
         "trains_at": _common([d.get("trains_at") for d in found]),
         "trained_on": sum(trained) if found and all(t is not None for t in trained) else None,
         "last_build_s": max(builds) if builds else None,
+        "recall": merge_recall([d["recall"] for d in found if d.get("recall")]),
         "floats": spec.floats,
         "shards": shards,
     }

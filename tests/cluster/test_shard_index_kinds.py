@@ -263,3 +263,23 @@ def test_the_report_says_mixed_while_shards_differ_and_names_a_missing_shard():
     both = merge_shard_indices(spec, [stat("ivf", 12_000, 11_000), stat("ivf", 12_500, 11_900)])
     assert both["answering"] == "ivf" and both["trained_on"] == 22_900 and both["nlist"] == 16 and not both["building"]
     assert merge_shard_indices(IndexSpec("flat"), [{"segments": 3, "index": None}]) is None  # float only: nothing to say
+
+
+def test_the_shards_live_recall_is_listed_per_shard_and_merged_by_queries():
+    from app.cluster.index_report import merge_shard_indices
+
+    def stat(recall):
+        index = {"kind": "ivf", "answering": "ivf", "building": False, "nlist": 16, "nprobe": 2, "trains_at": 0,
+                 "trained_on": 1_000, "last_build_s": 1.0, "recall": recall}
+        return {"segments": 1_000, "index": index}
+
+    first = {"recall_at_10": 0.9, "queries": 30, "skipped": 1, "nprobes": [4], "measured_at": 200.0, "busy_s": 0.5, "seconds": 10.0}
+    second = {"recall_at_10": 0.6, "queries": 10, "skipped": 0, "nprobes": None, "measured_at": 100.0, "busy_s": 0.25, "seconds": 12.0}
+    merged = merge_shard_indices(IndexSpec("ivf"), [stat(first), stat(second), stat(None)])
+    # by hand: (0.9 * 30 + 0.6 * 10) / 40 = 0.825; the oldest measurement; sums of samples and time
+    assert merged["recall"]["recall_at_10"] == pytest.approx(0.825)
+    assert (merged["recall"]["queries"], merged["recall"]["skipped"], merged["recall"]["measured_at"]) == (40, 1, 100.0)
+    assert merged["recall"]["nprobes"] == [4] and merged["recall"]["busy_s"] == pytest.approx(0.75)
+    assert [s.get("recall") for s in merged["shards"]] == [first, second, None]
+    IndexPublic.model_validate({**merged, "setting": IndexSpec("ivf").to_json()})
+    assert merge_shard_indices(IndexSpec("ivf"), [stat(None)])["recall"] is None  # nothing measured yet
