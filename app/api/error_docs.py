@@ -49,7 +49,9 @@ DESCRIPTIONS = {
     500: "the demo media is missing from this installation",
     503: "the service is still starting, or (cluster mode) the PostgreSQL catalog cannot be reached (code "
          "catalog_unavailable), an index shard is missing (the message names it) or the Ray head cannot be reached "
-         "(code ray_unavailable: what runs on Ray waits for it to be back); cluster 503s carry Retry-After",
+         "(code ray_unavailable: what runs on Ray waits for it to be back), the process is opening a collection "
+         "(code collection_opening) or no Ray node has room for a new collection's shard actors (code cluster_full); "
+         "cluster 503s carry Retry-After",
     507: "the data directory's disk is full (code insufficient_storage): nothing of the write was stored; "
          "retry once space is freed, no restart needed",
 }
@@ -58,7 +60,8 @@ WRITE_503 = ("the service is still starting, the data directory is read-only (co
              "was stored, search still works), or (cluster mode) the PostgreSQL catalog cannot be reached (code "
              "catalog_unavailable: not acknowledged, safe to re-send), an index shard is missing (the message names "
              "it) or the Ray head with the embedding workers cannot be reached (code ray_unavailable: not "
-             "acknowledged, safe to re-send); cluster 503s carry Retry-After")
+             "acknowledged, safe to re-send), the process is opening a collection (code collection_opening) or no Ray node has "
+             "room for a new collection's shard actors (code cluster_full); cluster 503s carry Retry-After")
 
 # what every /v1 route can answer whatever it does: no key (401), a key without the route's scope (403),
 # over the rate limit (429) and not loaded yet (503)

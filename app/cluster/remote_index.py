@@ -60,6 +60,47 @@ def actor_name(catalog_url: str, collection: Collection, number: int, count: int
     return f"{catalog_prefix(catalog_url)}{collection.name}:{collection.created_at!r}:{number}/{count}"
 
 
+class ClusterFull(Unhealthy):
+    """No Ray node has room for a collection's new shard actors: 503 at once, instead of a request that waits."""
+
+    code = "cluster_full"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, details={"reason": "no_room_for_shard_actors"})
+        self.headers = {"Retry-After": "30"}
+
+
+def require_room(names: list[str], shard_cpus: float) -> None:
+    """Raise :class:`ClusterFull` when the shard actors still to be started need more CPU than the cluster has free.
+
+    A detached actor that no node can place waits in Ray, unplaced, for ever; its collection's opening
+    waited BUILD_TIMEOUT_S (30 minutes) for the first sync, holding the lock every request of the process
+    takes first, so one collection too many froze the whole API (found by the cluster fuzz: every route,
+    /healthz included, timed out). Actors that exist already (another process opened them) need nothing.
+    ``ray.available_resources`` lags by up to a heartbeat, so two processes opening at once can still
+    both pass; the check is for the common case, a cluster that is simply full.
+    """
+    import ray
+
+    def exists(name: str) -> bool:
+        try:
+            ray.get_actor(name, namespace=NAMESPACE)
+            return True
+        except ValueError:
+            return False
+
+    new = [name for name in names if not exists(name)]
+    if not new or shard_cpus <= 0:
+        return
+    free = float(ray.available_resources().get("CPU", 0.0))
+    need = len(new) * shard_cpus
+    if need > free + 1e-9:
+        raise ClusterFull(
+            f"the Ray cluster has {free:g} CPU free and this collection's {len(new)} new shard actors need "
+            f"{need:g} (cluster.shard_cpus = {shard_cpus:g} each): delete collections you no longer need, add Ray "
+            "nodes or CPUs, or lower cluster.shard_cpus; nothing was changed")
+
+
 class RemoteCollectionIndex:
     def __init__(self, collection: Collection, actors: list[Any], timeout_s: float) -> None:
         self.collection = collection
@@ -90,6 +131,7 @@ class RemoteCollectionIndex:
         cluster = settings.cluster
         snapshot_dir = str(cluster.shard_snapshot_dir) if cluster.shard_snapshot_dir else None
         names = [actor_name(settings.catalog_url, collection, n, count) for n in range(count)]
+        require_room(names, cluster.shard_cpus)
         actors = [
             remote.options(
                 name=names[n], namespace=NAMESPACE, get_if_exists=True,

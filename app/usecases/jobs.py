@@ -33,7 +33,7 @@ POLL_S = 0.5  # how often an idle runner looks for jobs submitted to other proce
 MIN_BACKOFF_S = 0.5  # after a job met an unavailable catalog: the first wait before claiming again
 MAX_BACKOFF_S = 30.0  # ... doubling up to this (a PostgreSQL restart takes seconds, a failover longer)
 # a retry will do: app/storage/postgres.py CatalogUnavailable, app/cluster/ray_runtime.py RayUnavailable (head lost)
-TRANSIENT_CODES = {"catalog_unavailable", "ray_unavailable"}
+TRANSIENT_CODES = {"catalog_unavailable", "ray_unavailable", "collection_opening"}
 
 
 def transient(exc: BaseException) -> bool:

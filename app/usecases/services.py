@@ -197,10 +197,18 @@ class Services:
 
     def state(self, name: str) -> CollectionState:
         if self.shared:
-            from app.usecases.follower import sync_collection
+            from app.usecases import follower
+            from app.usecases.follower import CollectionOpening, sync_collection
 
-            with self._sync_lock:
+            # Request paths call this on the event loop: a lock held by a long opening (shard actors building
+            # their partitions, minutes at 10^7 windows) must not stall every route of the process, /healthz
+            # included. The usual holder is one indexed catalog query, so a short wait covers it.
+            if not self._sync_lock.acquire(timeout=follower.SYNC_WAIT_S):
+                raise CollectionOpening(name)
+            try:
                 sync_collection(self, name)
+            finally:
+                self._sync_lock.release()
         if name not in self.collections:
             raise NotFound(f"no collection named {name!r}; GET /v1/collections lists them")
         return self.collections[name]
