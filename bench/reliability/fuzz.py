@@ -45,7 +45,7 @@ from typing import Any, Iterator
 import httpx
 
 from bench.reliability.fuzz_seed import (CLEAN_BODIES, KEY, MAX_UPLOAD_BYTES, NAMES, SCRATCH, STORED,  # noqa: F401 (KEY: re-exported)
-                             SYNC_INGEST_FILES, seed, service_settings)
+                             SYNC_INGEST_FILES, prune, seed, service_settings)
 
 
 def fuzz_document(spec: dict[str, Any]) -> dict[str, Any]:
@@ -212,7 +212,7 @@ def rounds(seconds: float, stateful_share: float) -> list[tuple[list[str], float
 
 
 def run_fuzz(url: str, seconds: float, seeded: dict[str, list[str]], workers: int = 1,
-             reseed_every_s: float = 5.0, stateful_share: float = 0.0) -> dict[str, Any]:
+             reseed_every_s: float = 5.0, stateful_share: float = 0.0, prune_old: bool = False) -> dict[str, Any]:
     """All phases in cycles for ``seconds`` against ``url``; what they sent, what came back, what failed."""
     from schemathesis.engine import events, from_schema
 
@@ -222,9 +222,13 @@ def run_fuzz(url: str, seconds: float, seeded: dict[str, list[str]], workers: in
 
     stop = threading.Event()
 
+    pruned = [0]
+
     def reseed() -> None:  # a stateful sequence may delete the seeded collections; put them back
         while not stop.wait(reseed_every_s):
             try:
+                if prune_old:
+                    pruned[0] += prune(url)
                 seeded.update(seed(url))
             except Exception:  # noqa: BLE001 - the fuzz is free to break the scratch data; retry next round
                 pass
@@ -252,6 +256,7 @@ def run_fuzz(url: str, seconds: float, seeded: dict[str, list[str]], workers: in
     listed = list(failures.values())
     return {
         "seconds_requested": seconds,
+        **({"collections_pruned": pruned[0]} if prune_old else {}),
         "seconds": round(elapsed, 1),
         "stop_reason": stop_reason,
         "requests": sum(c["requests"] for c in phases.values()),
@@ -354,7 +359,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         settings = service_settings(Path(tmp) / "data")
         with cluster_service(Path(tmp)) if args.cluster else live_server(settings) as url:
             seeded = seed(url)
-            result = run_fuzz(url, args.minutes * 60, seeded, workers=args.workers, stateful_share=args.stateful_share)
+            result = run_fuzz(url, args.minutes * 60, seeded, workers=args.workers, stateful_share=args.stateful_share,
+                              prune_old=args.cluster)
     mode = ("cluster (recall serve on a PostgreSQL catalog, 2 Ray index shard actors)" if args.cluster
             else "embedded (SQLite catalog, in-process indices)")
     result = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +99,30 @@ def seed(url: str) -> dict[str, list[str]]:
         job = http.post("/v1/collections/fz-audio/items?wait=false", files=[("files", ("j.wav", tone_wav(500)))])
         assert job.status_code == 202, job.text
         return {"job_id": [job.json()["id"]]}
+
+
+KEEP = {"fz-audio", "fz-image", "fz-scratch"}  # the collections seed() makes
+
+
+def prune(url: str, older_than_s: float = 60.0) -> int:
+    """Delete the collections the fuzz created more than ``older_than_s`` ago; how many.
+
+    For cluster mode: every collection holds detached shard actors, one process each, and the fuzzing phase
+    creates collections it never deletes (1,469 in one 20-minute run). Kept, they fill the Ray head's CPUs
+    and every later create answers 503 cluster_full, which is right for a full cluster but is not what the fuzz
+    tests. Only old ones go: a stateful sequence lasts seconds, so none of its collections is taken from it.
+    """
+    pruned = 0
+    with httpx.Client(base_url=url, headers={"X-API-Key": KEY}, timeout=60) as http:
+        listed = http.get("/v1/collections")
+        if listed.status_code != 200:
+            return 0
+        body = listed.json()
+        rows = body["data"]
+        now = time.time()
+        for row in rows:
+            if row["name"] in KEEP or now - float(row.get("created_at") or now) < older_than_s:
+                continue
+            if http.delete(f"/v1/collections/{row['name']}").status_code == 204:
+                pruned += 1
+    return pruned

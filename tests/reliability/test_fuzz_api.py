@@ -204,6 +204,17 @@ class Workflow(linked.as_state_machine()):  # type: ignore[misc]
         super().teardown()
 
 
+def test_prune_deletes_the_fuzzs_old_collections_and_keeps_the_seeded_ones(fuzz_service):
+    from bench.reliability.fuzz_seed import prune
+
+    with httpx.Client(base_url=fuzz_service, headers={"X-API-Key": KEY}, timeout=60) as http:
+        assert http.post("/v1/collections", json={"name": "fz-made-by-a-case", "modality": "audio"}).status_code == 201
+        assert prune(fuzz_service, older_than_s=3600) == 0  # too young: a sequence may still use it
+        assert prune(fuzz_service, older_than_s=0) >= 1
+        names = {c["name"] for c in http.get("/v1/collections").json()["data"]}
+    assert "fz-made-by-a-case" not in names and {"fz-audio", "fz-image", "fz-scratch"} <= names
+
+
 def test_stateful_sequences_along_the_links(fuzz_service):
     # Runs last in this module: its sequences may delete the seeded collections (a link from a
     # listing names them), which the tests above rely on.
