@@ -212,32 +212,45 @@ def test_prune_deletes_the_fuzzs_old_collections_and_keeps_the_seeded_ones(fuzz_
         assert prune(fuzz_service, older_than_s=3600) == 0  # too young: a sequence may still use it
         assert prune(fuzz_service, older_than_s=0) >= 1
         names = {c["name"] for c in http.get("/v1/collections").json()["data"]}
-    assert "fz-made-by-a-case" not in names and {"fz-audio", "fz-image", "fz-scratch"} <= names
+    assert "fz-made-by-a-case" not in names and {"fz-audio", "fz-image"} <= names  # (a DELETE case may have taken fz-scratch)
 
 
 def test_stateful_sequences_along_the_links(fuzz_service):
     # Runs last in this module: its sequences may delete the seeded collections (a link from a
     # listing names them), which the tests above rely on.
     Workflow.url = fuzz_service
+    item_links = {"ReadItem", "ReadItemMedia", "SearchByItem", "JudgeItem", "DeleteItem"}
+
+    def succeeded() -> set[str]:
+        return {name for name, codes in FOLLOWED.items() if any(200 <= c < 300 for c in codes)}
+
+    def reached() -> bool:
+        # The sequences reached the core, not only 404s: collections created along the way got files
+        # and were deleted, most of what can be done with an item ingested in a sequence was done with
+        # it, and a collection or item read again after its delete answered 404 (the schemathesis
+        # check use_after_free fails on anything else; ensure_resource_availability on a created one
+        # that cannot be read).
+        return ({"IngestItems", "DeleteCollection"} <= succeeded() and len(item_links & succeeded()) >= 3
+                and FOLLOWED["ReadDeletedItem"][404] + FOLLOWED["ReadDeletedCollection"][404] > 0)
+
     deadline = time.monotonic() + STATEFUL_SECONDS
-    while Workflow.scenarios < SCENARIOS and time.monotonic() < deadline:
+    rounds = 0
+    while (Workflow.scenarios < SCENARIOS or not reached()) and time.monotonic() < deadline:
+        # Under CI=true Hypothesis' ci profile derandomizes: every round would draw the same sequences again,
+        # and which links 120 fixed draws reach moves with every change to the document. So the first round
+        # is the fixed draw and later ones (only when the links were not all reached) draw anew.
+        rounds += 1
         try:
             # generate only (no shrinking or replay), as schemathesis' own stateful phase: a
             # scenario's rules depend on what the service answered, so a replay can draw differently
             Workflow.run(settings=hypothesis.settings(
-                max_examples=SCENARIOS - Workflow.scenarios, stateful_step_count=STEPS, deadline=None,
-                phases=[hypothesis.Phase.generate], database=None, suppress_health_check=list(hypothesis.HealthCheck)))
+                max_examples=max(SCENARIOS - Workflow.scenarios, 20), stateful_step_count=STEPS, deadline=None,
+                phases=[hypothesis.Phase.generate], database=None, suppress_health_check=list(hypothesis.HealthCheck),
+                derandomize=rounds == 1))
         except hypothesis.errors.FlakyStrategyDefinition:
             continue  # the same: a prefix drawn before met a service that now answers otherwise; go on
-    # The sequences reached the core, not only 404s: collections created along the way got files
-    # and were deleted, most of what can be done with an item ingested in a sequence was done with
-    # it, and a collection or item read again after its delete answered 404 (the schemathesis
-    # check use_after_free fails on anything else; ensure_resource_availability on a created one
-    # that cannot be read).
-    succeeded = {name for name, codes in FOLLOWED.items() if any(200 <= c < 300 for c in codes)}
-    assert {"IngestItems", "DeleteCollection"} <= succeeded, dict(FOLLOWED)
-    item_links = {"ReadItem", "ReadItemMedia", "SearchByItem", "JudgeItem", "DeleteItem"}
-    assert len(item_links & succeeded) >= 3, dict(FOLLOWED)
+    assert {"IngestItems", "DeleteCollection"} <= succeeded(), dict(FOLLOWED)
+    assert len(item_links & succeeded()) >= 3, dict(FOLLOWED)
     assert FOLLOWED["ReadDeletedItem"][404] + FOLLOWED["ReadDeletedCollection"][404] > 0, dict(FOLLOWED)
 
 
