@@ -114,6 +114,14 @@ class Unhealthy(ServiceError):
     code = "unavailable"
 
 
+class RetryLater(Unhealthy):
+    """503 with Retry-After: something the request needs is away or busy for now; nothing was changed."""
+
+    def __init__(self, message: str, retry_after_s: int, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, details=details)
+        self.headers = {"Retry-After": str(retry_after_s)}
+
+
 class StorageReadOnly(Unhealthy):
     """The data directory's filesystem is read-only: writes are refused, reads and search go on."""
 

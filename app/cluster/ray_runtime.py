@@ -26,7 +26,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from app.errors import Unhealthy
+from app.errors import RetryLater
 from app.settings import ClusterSettings
 
 NAMESPACE = "recall"
@@ -38,7 +38,7 @@ _generation = 0
 _head_lost = threading.Event()
 
 
-class RayUnavailable(Unhealthy):
+class RayUnavailable(RetryLater):
     """The Ray head cannot be reached: what needs it answers 503 with Retry-After until it is rejoined."""
 
     code = "ray_unavailable"
@@ -46,9 +46,8 @@ class RayUnavailable(Unhealthy):
     def __init__(self, needed_for: str) -> None:
         super().__init__(
             f"the Ray head cannot be reached, and {needed_for} runs on it; nothing was stored: the service rejoins "
-            f"the head by itself once it is back, retry in {RETRY_AFTER_S} s",
+            f"the head by itself once it is back, retry in {RETRY_AFTER_S} s", RETRY_AFTER_S,
             details={"reason": "ray_head_unreachable", "retry_after_s": RETRY_AFTER_S})
-        self.headers = {"Retry-After": str(RETRY_AFTER_S)}
 
 
 def generation() -> int:

@@ -28,7 +28,7 @@ import numpy as np
 
 from app.cluster.ray_runtime import GATE, NAMESPACE, Reconnecting, ensure_ray, require_head
 from app.cluster.topk import merge_topk
-from app.errors import Unhealthy
+from app.errors import RetryLater, Unhealthy
 from app.index import BinaryIndex, FloatIndex
 from app.storage.records import Collection
 
@@ -60,14 +60,13 @@ def actor_name(catalog_url: str, collection: Collection, number: int, count: int
     return f"{catalog_prefix(catalog_url)}{collection.name}:{collection.created_at!r}:{number}/{count}"
 
 
-class ClusterFull(Unhealthy):
+class ClusterFull(RetryLater):
     """No Ray node has room for a collection's new shard actors: 503 at once, instead of a request that waits."""
 
     code = "cluster_full"
 
     def __init__(self, message: str) -> None:
-        super().__init__(message, details={"reason": "no_room_for_shard_actors"})
-        self.headers = {"Retry-After": "30"}
+        super().__init__(message, 30, details={"reason": "no_room_for_shard_actors"})
 
 
 def require_room(names: list[str], shard_cpus: float) -> None:

@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any, Protocol
 
-from app.errors import Unhealthy
+from app.errors import RetryLater
 
 
 class Services(Protocol):
@@ -41,7 +41,7 @@ POLL_S = 1.0
 SYNC_WAIT_S = 2.0  # how long a request waits for another collection's opening before answering 503
 
 
-class CollectionOpening(Unhealthy):
+class CollectionOpening(RetryLater):
     """A collection is being opened (its shard actors starting or building their partitions): 503, retry shortly."""
 
     code = "collection_opening"
@@ -50,8 +50,7 @@ class CollectionOpening(Unhealthy):
         super().__init__(
             f"collection {name!r} cannot be read yet: this process is opening a collection (shard actors starting "
             f"or building their partitions from the catalog); nothing was changed, retry in {RETRY_AFTER_S} s",
-            details={"reason": "collection_opening", "retry_after_s": RETRY_AFTER_S})
-        self.headers = {"Retry-After": str(RETRY_AFTER_S)}
+            RETRY_AFTER_S, details={"reason": "collection_opening", "retry_after_s": RETRY_AFTER_S})
 RETRY_AFTER_S = 2
 EXPIRE_EVERY_S = 60.0  # tombstone expiry (every process does it; it is idempotent)
 
