@@ -145,7 +145,7 @@ def rejoin(services: Any) -> int:
     """Rejoin a restarted head and drop the sharded collections, to be reopened on it; how many were dropped."""
     from app.cluster.remote_index import RemoteCollectionIndex
 
-    with services._sync_lock:  # no request opens a collection on the old connection meanwhile
+    with services.open_gate.exclusive():  # no request opens a collection on the old connection meanwhile
         ray_runtime.reconnect(services.settings.ray_address, services.settings.cluster)
         stale = [(name, state) for name, state in services.collections.items() if isinstance(state.index, RemoteCollectionIndex)]
         for name, state in stale:

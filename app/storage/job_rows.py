@@ -58,6 +58,8 @@ class JobRows:
             )
 
     def get_job(self, job_id: str) -> dict[str, Any] | None:
+        if "\x00" in job_id:  # no job id holds one, and PostgreSQL cannot compare against it
+            return None
         with self._lock:  # type: ignore[attr-defined]
             row = self._one("SELECT * FROM jobs WHERE id = ?", (job_id,))  # type: ignore[attr-defined]
         if row is None:

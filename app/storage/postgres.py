@@ -34,6 +34,7 @@ from psycopg import errors as pg_errors
 
 from app.errors import InsufficientStorage, StorageReadOnly, Unhealthy
 from app.storage.sql_catalog import SqlCatalog
+from app.storage.text_rules import refuse_nul
 
 MIGRATION_LOCK = 0x52454341  # "RECA": the advisory lock id migrations take
 PG_FULL = ("the PostgreSQL catalog has no space left: nothing of this write was stored; "
@@ -113,6 +114,7 @@ class PostgresCatalog(SqlCatalog):
             self._db.close()
 
     def _execute(self, sql: str, params: tuple | list = ()) -> Any:
+        refuse_nul(params)  # psycopg would raise DataError, a 500; see app/storage/text_rules.py
         if getattr(self._in_tx, "active", False):
             return self._db.execute(_pg(sql), params)  # errors are judged by _transaction
         # outside a transaction every statement is a read or an idempotent update (a lease, a
@@ -129,6 +131,8 @@ class PostgresCatalog(SqlCatalog):
         raise AssertionError("unreachable")
 
     def _executemany(self, sql: str, rows: list[tuple]) -> None:
+        for row in rows:
+            refuse_nul(row)
         with self._db.cursor() as cur:
             cur.executemany(_pg(sql), rows)
 
@@ -173,6 +177,8 @@ class PostgresCatalog(SqlCatalog):
     def _insert_segments(self, rows: list[tuple]) -> list[int]:
         if not rows:
             return []
+        for row in rows:
+            refuse_nul(row)
         # ids drawn from the column's own sequence, then one COPY: an order of magnitude fewer
         # round trips and parse steps than a row-by-row INSERT ... RETURNING
         ids = sorted(int(r[0]) for r in self._execute(

@@ -27,6 +27,7 @@ from app.storage import migrations
 from app.storage.job_rows import JobRows
 from app.storage.records import Collection, NewItem, WriteResult
 from app.storage.sql_rows import chunks, collection_of_row, item_of_row, unpack_segments
+from app.storage.text_rules import is_item_id
 
 
 class SqlCatalog(JobRows):
@@ -184,6 +185,8 @@ class SqlCatalog(JobRows):
         return result
 
     def delete_item(self, collection: str, item_id: str) -> WriteResult:
+        if not is_item_id(item_id):  # could never have been stored (and PostgreSQL cannot compare a NUL)
+            raise NotFound(f"collection {collection!r} has no item {item_id[:40]!r}")
         with self._lock, self._transaction():
             self._lock_collection(collection)
             if self._one("SELECT 1 FROM items WHERE collection = ? AND id = ?", (collection, item_id)) is None:
@@ -215,6 +218,8 @@ class SqlCatalog(JobRows):
     # --- reads ------------------------------------------------------------------------------------
 
     def get_item(self, collection: str, item_id: str) -> dict[str, Any]:
+        if not is_item_id(item_id):  # could never have been stored (and PostgreSQL cannot compare a NUL)
+            raise NotFound(f"collection {collection!r} has no item {item_id[:40]!r}")
         with self._lock:
             row = self._one("SELECT * FROM items WHERE collection = ? AND id = ?", (collection, item_id))
             if row is None:
@@ -234,7 +239,7 @@ class SqlCatalog(JobRows):
     def items_by_id(self, collection: str, item_ids: list[str]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         with self._lock:
-            for chunk in chunks(item_ids, 500):
+            for chunk in chunks([i for i in item_ids if is_item_id(i)], 500):
                 marks = ",".join("?" * len(chunk))
                 for row in self._rows(f"SELECT * FROM items WHERE collection = ? AND id IN ({marks})", (collection, *chunk)):
                     out[row["id"]] = item_of_row(row, None)
@@ -267,7 +272,7 @@ class SqlCatalog(JobRows):
     def item_segments(self, collection: str, item_id: str, dim: int, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(segment ids, times (n,2), floats (n,dim), codes (n,bits/8)) of one item, in time order."""
         with self._lock:
-            rows = self._rows(
+            rows = [] if not is_item_id(item_id) else self._rows(
                 'SELECT segment_id, start, "end", embedding, code FROM segments WHERE collection = ? AND item_id = ? ORDER BY start, segment_id',
                 (collection, item_id),
             )
@@ -278,7 +283,7 @@ class SqlCatalog(JobRows):
         one query instead of one per hit); items without segments are absent."""
         grouped: dict[str, list[Any]] = {}
         with self._lock:
-            for chunk in chunks(list(dict.fromkeys(item_ids)), 500):
+            for chunk in chunks([i for i in dict.fromkeys(item_ids) if is_item_id(i)], 500):
                 marks = ",".join("?" * len(chunk))
                 for row in self._rows(
                     f'SELECT item_id, segment_id, start, "end", embedding, code FROM segments'

@@ -27,7 +27,7 @@ class Services(Protocol):
     catalog: Any
     collections: dict[str, Any]  # name -> CollectionState
     retired: list[Any]
-    _sync_lock: Any  # the lock request paths take before opening a collection
+    open_gate: Any  # app/usecases/open_gate.OpenGate: what request paths pass before opening a collection
 
     def _open_collection(self, collection: Any) -> Any: ...
 
@@ -38,7 +38,7 @@ CollectionState = Any  # app/usecases/services.CollectionState: an open collecti
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0
-SYNC_WAIT_S = 2.0  # how long a request waits for another collection's opening before answering 503
+SYNC_WAIT_S = 2.0  # how long a request waits for its collection's opening (or a Ray rejoin) before answering 503
 
 
 class CollectionOpening(RetryLater):
@@ -48,8 +48,9 @@ class CollectionOpening(RetryLater):
 
     def __init__(self, name: str) -> None:
         super().__init__(
-            f"collection {name!r} cannot be read yet: this process is opening a collection (shard actors starting "
-            f"or building their partitions from the catalog); nothing was changed, retry in {RETRY_AFTER_S} s",
+            f"collection {name!r} cannot be read yet: this process is opening it (its shard actors starting or "
+            f"building their partitions from the catalog) or rejoining the Ray head; nothing was changed, retry in "
+            f"{RETRY_AFTER_S} s",
             RETRY_AFTER_S, details={"reason": "collection_opening", "retry_after_s": RETRY_AFTER_S})
 RETRY_AFTER_S = 2
 EXPIRE_EVERY_S = 60.0  # tombstone expiry (every process does it; it is idempotent)
@@ -75,7 +76,7 @@ def sync_collection(services: "Services", name: str) -> None:
 
 
 def _sync_locked(services: "Services", name: str) -> None:
-    with services._sync_lock:  # the same lock request paths take: one opener per collection
+    with services.open_gate.collection(name, None):  # the lock request paths take: one opener per collection
         sync_collection(services, name)
 
 

@@ -22,12 +22,12 @@ from app.errors import InsufficientStorage, InvalidInput, ServiceError, Unhealth
 from app.features.windows import cut_audible_windows
 from app.media.decode import Upload, decode_media
 from app.storage.catalog import NewItem
+from app.storage.text_rules import check_item_id, check_text
 from app.usecases.services import CollectionState, Services
 
 log = logging.getLogger(__name__)
 
 COMMIT_CHUNK = 16  # files per transaction in large batches: progress is visible and durable as it goes
-ID_MAX = 512
 
 
 @dataclass
@@ -36,16 +36,11 @@ class IngestReport:
     errors: list[dict[str, Any]] = field(default_factory=list)
 
 
-def check_item_id(item_id: str) -> str:
-    if not item_id or len(item_id) > ID_MAX or any(ord(ch) < 32 for ch in item_id):
-        raise InvalidInput(f"item id {item_id[:40]!r}: use 1-{ID_MAX} printable characters")
-    return item_id
-
-
 async def prepare(services: Services, state: CollectionState, upload: Upload) -> NewItem:
     """Decode, window and encode one file; store its original when the collection keeps media."""
     collection = state.collection
     item_id = check_item_id(upload.item_id)
+    check_text(upload.filename, "filename")
     encoder = await services.encoders.load(collection.encoder_key)
     media = await decode_media(services.settings.limits, collection.modality, upload, sample_rate=encoder.sample_rate, query=False)
     duration = width = height = None

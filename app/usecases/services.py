@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,8 @@ from app.storage.index_store import CollectionIndex
 from app.storage.media_store import MediaStore
 from app.storage.protocol import open_catalog
 from app.storage.records import Collection, WriteResult
+from app.storage.text_rules import check_text
+from app.usecases.open_gate import OpenGate
 from app.usecases.posthoc_codes import PostHocCodes
 from app.worker.encoding import EncoderPool
 
@@ -84,7 +85,7 @@ class Services:
         # cluster mode: other API processes write to the same catalog (see app/usecases/follower.py)
         self.shared = settings.catalog_url is not None
         self.retired: list[CollectionState] = []
-        self._sync_lock = threading.Lock()
+        self.open_gate = OpenGate()  # one opener per collection; a Ray rejoin closes it (app/usecases/open_gate.py)
         self._follow_task: asyncio.Task | None = None
         self.media = MediaStore(self.data_dir / "media")
         self.index_dir = self.data_dir / "indices"
@@ -196,26 +197,26 @@ class Services:
     # --- collections ----------------------------------------------------------------------
 
     def state(self, name: str) -> CollectionState:
+        if not NAME_PATTERN.fullmatch(name):  # never created, so no lookup (PostgreSQL cannot even compare a NUL)
+            raise NotFound(f"no collection named {name[:70]!r}; GET /v1/collections lists them")
         if self.shared:
             from app.usecases import follower
             from app.usecases.follower import CollectionOpening, sync_collection
 
-            # Request paths call this on the event loop: a lock held by a long opening (shard actors building
-            # their partitions, minutes at 10^7 windows) must not stall every route of the process, /healthz
-            # included. The usual holder is one indexed catalog query, so a short wait covers it.
-            if not self._sync_lock.acquire(timeout=follower.SYNC_WAIT_S):
-                raise CollectionOpening(name)
-            try:
+            # Request paths call this on the event loop: a long opening of this collection (shard actors
+            # building their partitions, minutes at 10^7 windows) must not stall every route of the process,
+            # /healthz included. The usual holder is one indexed catalog query, so a short wait covers it.
+            with self.open_gate.collection(name, follower.SYNC_WAIT_S) as admitted:
+                if not admitted:
+                    raise CollectionOpening(name)
                 sync_collection(self, name)
-            finally:
-                self._sync_lock.release()
         if name not in self.collections:
             raise NotFound(f"no collection named {name!r}; GET /v1/collections lists them")
         return self.collections[name]
 
     async def create_collection(self, request: dict[str, Any]) -> Collection:
         name = request["name"]
-        if not NAME_PATTERN.match(name):
+        if not NAME_PATTERN.fullmatch(name):  # fullmatch: `$` alone lets a trailing newline through
             raise InvalidInput(f"collection name {name!r}: use 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit")
         if name in self.collections:
             raise Conflict(f"collection {name!r} already exists")
@@ -241,7 +242,7 @@ class Services:
             name=name, modality=modality, encoder=encoder.name, index_kinds=kinds, dim=encoder.dim, bits=encoder.bits,
             window_s=window_s, hop_s=hop_s,
             keep_media=self.settings.keep_media if request.get("keep_media") is None else bool(request["keep_media"]),
-            description=request.get("description") or "", created_at=time.time(), encoder_version=encoder.version,
+            description=check_text(request.get("description"), "description") or "", created_at=time.time(), encoder_version=encoder.version,
             index_spec=spec,
         )
         if self.shared:

@@ -28,7 +28,6 @@ tests/reliability/test_fuzz_api.py runs the same seeding, hooks and checks in bo
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
 import os
@@ -40,10 +39,11 @@ import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 
+from bench.reliability.fuzz_cluster import cluster_service
 from bench.reliability.fuzz_seed import (CLEAN_BODIES, KEY, MAX_UPLOAD_BYTES, NAMES, SCRATCH, STORED,  # noqa: F401 (KEY: re-exported)
                              SYNC_INGEST_FILES, prune, seed, service_settings)
 
@@ -200,6 +200,7 @@ def engine_config(url: str, seconds: float, workers: int = 1) -> Any:
 
 
 STATELESS = ["examples", "coverage", "fuzzing"]
+STATEFUL_KEEP_S = 20.0  # a stateful sequence lasts seconds: its collections are pruned once this old
 
 
 def rounds(seconds: float, stateful_share: float) -> list[tuple[list[str], float]]:
@@ -223,12 +224,15 @@ def run_fuzz(url: str, seconds: float, seeded: dict[str, list[str]], workers: in
     stop = threading.Event()
 
     pruned = [0]
+    # which execution runs now: stateless cases are answered before the next is sent, so a collection they
+    # created can go at once; a stateful sequence reads back what it created, so its collections get a minute
+    stateful_now = [False]
 
     def reseed() -> None:  # a stateful sequence may delete the seeded collections; put them back
         while not stop.wait(reseed_every_s):
             try:
                 if prune_old:
-                    pruned[0] += prune(url)
+                    pruned[0] += prune(url, older_than_s=STATEFUL_KEEP_S if stateful_now[0] else 0.0)
                 seeded.update(seed(url))
             except Exception:  # noqa: BLE001 - the fuzz is free to break the scratch data; retry next round
                 pass
@@ -240,12 +244,14 @@ def run_fuzz(url: str, seconds: float, seeded: dict[str, list[str]], workers: in
     statuses: dict[str, Counter] = defaultdict(Counter)  # operation -> status code -> responses
     failures: dict[tuple[str, str, str], dict[str, Any]] = {}
     errors: list[str] = []
+    server_codes: Counter = Counter()  # "503 cluster_full" -> responses
     stop_reason = None
     try:
         for phase_names, budget in rounds(seconds, stateful_share):
+            stateful_now[0] = "stateful" in phase_names
             schema = build_schema(fuzz_document(served), seeded=seeded, config=engine_config(url, budget, workers))
             schema.config.phases.update(phases=phase_names)
-            stop_reason = _execute(from_schema(schema), events, phases, statuses, failures, errors) or stop_reason
+            stop_reason = _execute(from_schema(schema), events, phases, statuses, failures, errors, server_codes) or stop_reason
     finally:
         stop.set()
         keeper.join(timeout=60)
@@ -263,6 +269,7 @@ def run_fuzz(url: str, seconds: float, seeded: dict[str, list[str]], workers: in
         "phases": {name: dict(counts) for name, counts in sorted(phases.items())},
         "status_codes": {str(code): n for code, n in sorted(codes.items())},
         "server_errors": sum(n for code, n in codes.items() if code >= 500),
+        "server_errors_by_code": dict(sorted(server_codes.items())),
         "undocumented_status_codes": sum(f["count"] for f in listed if f["check"] == "status_code_conformance"),
         "failures": listed,
         "errors": errors,
@@ -270,8 +277,15 @@ def run_fuzz(url: str, seconds: float, seeded: dict[str, list[str]], workers: in
     }
 
 
+def _error_code(response: Any) -> str:
+    try:
+        return str(json.loads(response.content)["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return "(no JSON error body)"
+
+
 def _execute(engine: Any, events: Any, phases: dict[str, Counter], statuses: dict[str, Counter],
-             failures: dict[tuple[str, str, str], dict[str, Any]], errors: list[str]) -> str | None:
+             failures: dict[tuple[str, str, str], dict[str, Any]], errors: list[str], server_codes: Counter) -> str | None:
     """Run one schemathesis execution, adding what it sent, saw and failed to the counters; its stop reason."""
     stop_reason = None
     for event in engine.execute():
@@ -283,7 +297,10 @@ def _execute(engine: Any, events: Any, phases: dict[str, Counter], statuses: dic
                 case = recorder.cases[case_id].value
                 phases[phase]["requests"] += 1
                 if interaction.response is not None:
-                    statuses[f"{case.operation.method.upper()} {case.operation.path}"][interaction.response.status_code] += 1
+                    status = interaction.response.status_code
+                    statuses[f"{case.operation.method.upper()} {case.operation.path}"][status] += 1
+                    if status >= 500:  # which 5xx: a documented 503 (cluster_full, ...) or a crash
+                        server_codes[f"{status} {_error_code(interaction.response)}"] += 1
             for checks in recorder.checks.values():
                 for check in checks:
                     if check.failure_info is None:
@@ -317,26 +334,6 @@ def _commit() -> str | None:
                               cwd=Path(__file__).resolve().parents[1], check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
-
-
-@contextlib.contextmanager
-def cluster_service(tmp: Path) -> Iterator[str]:
-    """``recall serve`` in cluster mode (PostgreSQL catalog, Ray shard actors) with the fuzz's settings; its URL."""
-    from tests.cluster.pg_server import PgServer
-    from tests.cluster.ray_head import RayHead
-    from tests.cluster.serve import serve
-
-    pg, head, api = PgServer().start(), None, None
-    try:
-        head = RayHead(cpus=4).start()
-        api = serve(tmp / "data", pg.new_database(), **head.env(), RECALL_INDEX__SHARDS="2",
-                    RECALL_API_KEYS=KEY, RECALL_LIMITS__MAX_UPLOAD_BYTES=str(MAX_UPLOAD_BYTES),
-                    RECALL_LIMITS__SYNC_INGEST_FILES=str(SYNC_INGEST_FILES))
-        yield api.url
-    finally:
-        for stop in (api and api.kill, head and head.stop, pg.stop):
-            if stop:
-                stop()
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

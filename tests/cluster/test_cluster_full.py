@@ -50,7 +50,7 @@ def test_a_request_behind_a_long_opening_answers_503_instead_of_waiting(tmp_path
     held = threading.Event()
 
     def long_opening() -> None:
-        with services._sync_lock:  # what the follower holds while a collection's shards build
+        with services.open_gate.collection("anything", None):  # what the follower holds while its shards build
             held.set()
             time.sleep(2.0)
 
@@ -62,6 +62,10 @@ def test_a_request_behind_a_long_opening_answers_503_instead_of_waiting(tmp_path
         services.state("anything")
     assert time.monotonic() - started < 1.5
     assert (refused.value.status_code, refused.value.code, refused.value.headers["Retry-After"]) == (503, "collection_opening", "2")
+    started = time.monotonic()
+    with pytest.raises(Exception) as other:  # another collection's requests do not wait for this opening
+        services.state("another")
+    assert getattr(other.value, "status_code", None) == 404 and time.monotonic() - started < 0.25
     opener.join()
     with pytest.raises(Exception) as missing:  # the lock free again: the usual answer for an unknown name
         services.state("anything")

@@ -12,7 +12,6 @@ clusters), so the watch loop runs here with the join answering as Ray answers in
 from __future__ import annotations
 
 import asyncio
-import threading
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from app.cluster import head_watch, ray_runtime
 from app.cluster.ray_connect import NoLocalNode, RayHeadUnavailable, _causes, _no_local_node
 from app.settings import ClusterSettings
+from app.usecases.open_gate import OpenGate
 
 ADDRESS = "127.0.0.1:6399"
 
@@ -29,7 +29,7 @@ class Exited(Exception):
 
 
 def _services() -> SimpleNamespace:
-    return SimpleNamespace(not_ready=[], collections={}, retired=[], _sync_lock=threading.Lock(), encoders=None,
+    return SimpleNamespace(not_ready=[], collections={}, retired=[], open_gate=OpenGate(), encoders=None,
                            settings=SimpleNamespace(ray_address=ADDRESS, cluster=ClusterSettings()))
 
 

@@ -107,7 +107,7 @@ def read_manifest(folder: str | Path) -> Manifest:
         raise FolderError(folder, "manifest_field", f"family {family!r} embeds {modality}, but 'modality' is {raw['modality']!r}")
     modality = raw["modality"]
     name = get.str("name", default=folder.name.split("@", 1)[0])
-    if not NAME_PATTERN.match(name) or "@" in name:
+    if not NAME_PATTERN.fullmatch(name) or "@" in name:
         raise FolderError(folder, "manifest_field", f"'name' {name!r}: use 1-64 letters, digits, '_', '-' or '.'")
     dim = get.int("dim", low=1, high=65536)
     bits = get.int("bits", low=8, high=dim, default=min(dim, 256) // 8 * 8)
@@ -181,7 +181,7 @@ def _custom_ops(folder: Path, raw: dict[str, Any], files: dict[str, Any]) -> Cus
         raise FolderError(folder, "manifest_field", f"'custom_ops.library' must be a shared library (.so, .dylib, .dll), got {library}")
     if library not in files:
         raise FolderError(folder, "unlisted_file", f"'custom_ops.library' names {library}, which 'files' gives no sha256 for")
-    if not isinstance(domains, list) or not domains or not all(isinstance(d, str) and NAME_PATTERN.match(d) for d in domains):
+    if not isinstance(domains, list) or not domains or not all(isinstance(d, str) and NAME_PATTERN.fullmatch(d) for d in domains):
         raise FolderError(folder, "manifest_field", "'custom_ops.domains' must list the operator domains the library provides")
     return CustomOps(library=library, domains=tuple(domains))
 
