@@ -12,6 +12,7 @@ from app.api.schemas import CollectionCreate, CollectionPublic, CollectionsPubli
 from app.api.strict import StrictRoute
 from app.encoders.checkpoint import read_config
 from app.encoders.registry import is_versioned
+from app.errors import NotFound
 
 # the training-free baselines are the project's code only, under its licence
 _LICENCE = "Apache-2.0"
@@ -82,7 +83,12 @@ async def create_collection(body: CollectionCreate, services: ServicesDep) -> di
 
 @router.get("/collections", response_model=CollectionsPublic, responses=error_responses(*V1))
 def list_collections(services: ServicesDep) -> dict:
-    data = [services.stats(name) for name in sorted(services.collections)]
+    data = []
+    for name in sorted(services.collections):
+        try:
+            data.append(services.stats(name))
+        except NotFound:  # deleted (by another process too) between taking the names and reading it: not listed
+            continue
     return {"data": data, "count": len(data)}
 
 
