@@ -98,10 +98,17 @@ def encoder_with_precision(precision: str) -> Any:
 
 
 def quality(photos_dir: Path | None, unchanged: str = "half", changed: str = "int8") -> dict[str, Any]:
-    a, b = encoder_with_precision(unchanged), encoder_with_precision(changed)
-    result = compare(a, b, dev_sets(a, photos_dir))
-    return {"unchanged": unchanged, "changed": changed, "rule": {"max_R@10_drop": MAX_R10_DROP, "min_top10_overlap": MIN_OVERLAP},
-            "rerank_depth": RERANK_DEPTH, **result}
+    return qualities(photos_dir, unchanged, [changed])[changed]
+
+
+def qualities(photos_dir: Path | None, unchanged: str, changed: list[str]) -> dict[str, dict[str, Any]]:
+    """:func:`quality` of each changed precision against the same unchanged encoder and dev sets."""
+    a = encoder_with_precision(unchanged)
+    sets = dev_sets(a, photos_dir)
+    return {precision: {"unchanged": unchanged, "changed": precision,
+                        "rule": {"max_R@10_drop": MAX_R10_DROP, "min_top10_overlap": MIN_OVERLAP},
+                        "rerank_depth": RERANK_DEPTH, **compare(a, encoder_with_precision(precision), sets)}
+            for precision in changed}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,17 +1,18 @@
 """Text query speed under issue 35's rule: the MiniLM query precision A/B, speed and quality in one run.
 
-    python -m bench.service.text_query_ab [--rounds 3] [--images 10000] [--changed int8]
+    python -m bench.service.text_query_ab [--rounds 3] [--images 10000] [--changed int8_token,float32,int8]
 
-Writes ``bench/results/text_query_ab.json``. In one run, on the same machine:
+Writes ``bench/results/text_query_ab.json``. In one run, on the same machine, for the unchanged precision
+and every changed one (``--changed``, comma-separated):
 
-* ``quality``: ``bench.service.text_quality`` on the text-to-image dev sets (R@10 of the unchanged and the
-  changed precision, the drop, the top-10 overlap, and whether the rule holds);
-* ``in_process``: one sentence embedded by the encoder (MiniLM and the text tower), both precisions
+* ``quality``: per changed precision, ``bench.service.text_quality`` on the text-to-image dev sets (R@10
+  of the unchanged and the changed precision, the drop, the top-10 overlap, and whether the rule holds);
+* ``in_process``: one sentence embedded by the encoder (MiniLM and the text tower), the precisions
   taking turns, every sentence new (the encoder's query cache never hits);
 * ``http``: the real server (``recall serve`` on loopback, ``bench.service.query_path.Server``) on a copy
   of a ``bench.service.query_corpus`` collection of ``--images`` images, once per precision
-  (``RECALL_ENCODERS__TEXT_QUERY_PRECISION``), servers taking turns over ``--rounds`` rounds (the shared
-  machine's drift spreads over both): one client sending text searches as a new user would
+  (``RECALL_ENCODERS__TEXT_QUERY_PRECISION``), servers taking turns over ``--rounds`` rounds, the order
+  rotating each round (the shared machine's drift spreads over all): one client sending text searches as a new user would
   (``{"text": ..., "k": 10}``: re-ranked by the head, the service's default), then 16 clients for
   ``--seconds``. Every sentence is new to the server it is sent to (each server starts with an empty
   query cache). Medians over rounds per variant.
@@ -35,19 +36,19 @@ import numpy as np
 from bench.service import query_corpus as corpus
 from bench.service.load import json_request, run_load
 from bench.service.query_path import RESULTS, Server, _load, _texts, measured
-from bench.service.text_quality import DEFAULT_PHOTOS, encoder_with_precision, quality
+from bench.service.text_quality import DEFAULT_PHOTOS, encoder_with_precision, qualities
 
 OUT = RESULTS / "text_query_ab.json"
 KEYS = ("p50_ms", "p99_ms", "queries_per_s", "server_cpu_ms_per_query", "machine_busy_fraction")
 ONE_CLIENT_QUERIES = 300
 
 
-def in_process(unchanged: str, changed: str, texts: list[str]) -> dict[str, Any]:
-    """Median ms of ``encode_text`` for one new sentence, the two precisions taking turns."""
+def in_process(precisions: list[str], texts: list[str]) -> dict[str, Any]:
+    """Median ms of ``encode_text`` for one new sentence, the precisions taking turns."""
     import torch
 
     torch.set_num_threads(1)  # as the service's query batches run
-    encoders = {p: encoder_with_precision(p) for p in (unchanged, changed)}
+    encoders = {p: encoder_with_precision(p) for p in precisions}
     for encoder in encoders.values():
         encoder.encode_text(["warm up"])
     times: dict[str, list[float]] = {p: [] for p in encoders}
@@ -76,7 +77,7 @@ def medians(rounds: list[dict[str, Any]], variant: str) -> dict[str, dict[str, f
             for phase in ("one_client", "sixteen_clients")}
 
 
-def http(unchanged: str, changed: str, texts: list[str], images: int, rounds: int, seconds: float,
+def http(precisions: list[str], texts: list[str], images: int, rounds: int, seconds: float,
          cache: Path) -> dict[str, Any]:
     from app.settings import Settings
 
@@ -87,8 +88,8 @@ def http(unchanged: str, changed: str, texts: list[str], images: int, rounds: in
         # a small audio collection beside the images: the corpus builder makes both
         out["corpus"] = corpus.prepared(cache, encoders.default_audio, encoders.default_image, 1000, images, seed)
         for round_number in range(rounds):
-            order = (unchanged, changed) if round_number % 2 == 0 else (changed, unchanged)
-            for precision in order:
+            shift = round_number % len(precisions)
+            for precision in precisions[shift:] + precisions[:shift]:
                 data = Path(tmp) / f"data-{precision}"
                 shutil.rmtree(data, ignore_errors=True)
                 shutil.copytree(seed, data)
@@ -102,7 +103,7 @@ def http(unchanged: str, changed: str, texts: list[str], images: int, rounds: in
                 out["rounds"].append({"round": round_number, "variant": precision, "at": time.time(), **row})
                 print(round_number, precision, {p: (round(v["p50_ms"], 2), round(v["queries_per_s"], 1)) for p, v in row.items()},
                       flush=True)
-    out["medians"] = {p: medians(out["rounds"], p) for p in (unchanged, changed)}
+    out["medians"] = {p: medians(out["rounds"], p) for p in precisions}
     out["load_after"] = _load()
     return out
 
@@ -110,7 +111,7 @@ def http(unchanged: str, changed: str, texts: list[str], images: int, rounds: in
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--unchanged", default="half")
-    parser.add_argument("--changed", default="int8")
+    parser.add_argument("--changed", default="int8_token,float32,int8", help="comma-separated precisions")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=15.0, help="16-client phase length per round and variant")
     parser.add_argument("--images", type=int, default=10_000)
@@ -121,17 +122,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     texts = _texts(4000)  # distinct generated captions (not the dev sets' sentences)
+    changed = [p for p in args.changed.split(",") if p]
+    precisions = [args.unchanged, *changed]
     result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
-                              "unchanged": args.unchanged, "changed": args.changed,
+                              "unchanged": args.unchanged, "changed": changed,
                               "note": "one run: quality, in-process and HTTP figures are comparable only within this file"}
     if "quality" not in skip:
-        result["quality"] = quality(args.photos, args.unchanged, args.changed)
-        print("quality rule met:", result["quality"]["rule_met"], flush=True)
+        result["quality"] = qualities(args.photos, args.unchanged, changed)
+        print("quality rule met:", {p: q["rule_met"] for p, q in result["quality"].items()}, flush=True)
     if "in_process" not in skip:
-        result["in_process"] = in_process(args.unchanged, args.changed, texts[-300:])
+        result["in_process"] = in_process(precisions, texts[-300:])
         print("in process:", result["in_process"], flush=True)
     if "http" not in skip:
-        result["http"] = http(args.unchanged, args.changed, texts[:-300], args.images, args.rounds, args.seconds, args.cache)
+        result["http"] = http(precisions, texts[:-300], args.images, args.rounds, args.seconds, args.cache)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result.get(k) for k in ("in_process",)} | {"http_medians": result.get("http", {}).get("medians")}, indent=1))

