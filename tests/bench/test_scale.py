@@ -100,3 +100,18 @@ def test_hnsw_coarse_quantizer_keeps_the_ivf_answering_exactly_at_full_probe() -
     d, ids = ivf.search(codes[:5], 10, nprobe=32)  # every list probed: the exact answer
     exact = np.sort(np.stack([audio_codes.hamming(codes, q[None]) for q in codes[:5]]), axis=1)[:, :10]
     assert np.array_equal(d, exact) and (ids[:, 0] >= 0).all()
+
+
+def test_search_threads_rows_sit_beside_the_default_and_answer_the_same(tmp_path: Path) -> None:
+    result = main(["--sizes", str(N), "--queries", "20", "--nlist", "64", "--nprobe", "1", "64", "--clients", "2", "--no-timing-lock",
+                   "--search-threads", "0", "1", "--windows", str(fake_windows(tmp_path / "windows.npz")),
+                   "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "scale.json")])
+    ivf = [r for r in result["runs"] if r["kind"] == "ivf"]
+    assert [(r["nprobe"], r["search_threads_default"]) for r in ivf] == [(1, True), (1, False), (64, True), (64, False)]
+    assert all(r["search_threads"] == 1 for r in ivf if not r["search_threads_default"])
+    for default, one in zip(ivf[::2], ivf[1::2]):
+        assert one["recall_at_10"] == default["recall_at_10"]  # the team changes the time, never the answers
+    verdict = result["verdicts"][0]
+    chosen = [r for r in result["runs"] if r.get("chosen")]
+    assert len(chosen) == 1 and chosen[0]["search_threads_default"]  # the verdict is FAISS' default team's
+    assert verdict["p50_ms_search_threads_1"] == next(r["p50_ms"] for r in ivf[1::2] if r["nprobe"] == verdict["nprobe"])
