@@ -69,10 +69,19 @@ def required_scopes(method: str, path: str) -> set[str]:
 
 
 def presented_key(headers: Headers) -> str | None:
+    """The key a request sends, in ``X-API-Key`` or as ``Authorization: Bearer``; 401 when it sends two different ones.
+
+    Two different keys are ambiguous: answering with either would let a bad credential ride along a good
+    one unnoticed (the cluster fuzz sent a made-up bearer token beside the valid X-API-Key and got 200).
+    An Authorization header of another scheme (Basic, say, from a proxy) is not a key and is left alone.
+    """
     presented = headers.get("x-api-key")
     auth = headers.get("authorization", "")
-    if presented is None and auth.lower().startswith("bearer "):
-        presented = auth[7:].strip()
+    bearer = auth[7:].strip() if auth.lower().startswith("bearer ") else None
+    if presented is not None and bearer is not None and bearer != presented.strip():
+        raise Unauthorized("the request sends two different API keys (X-API-Key and Authorization: Bearer); send one")
+    if presented is None:
+        presented = bearer
     return presented or None
 
 

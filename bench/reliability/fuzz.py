@@ -116,6 +116,7 @@ def build_schema(spec: dict[str, Any], *, seeded: dict[str, list[str]], mix_path
 
     @schema.hook
     def flatmap_case(context, case):
+        _drop_framing_headers(case)
         # Generated bodies rarely get past decoding (random bytes) or id lookups; mix in requests
         # built from real media and stored ids, so the success paths are fuzzed too.
         key = (case.operation.method.upper(), case.operation.path, case.media_type)
@@ -133,6 +134,19 @@ def build_schema(spec: dict[str, Any], *, seeded: dict[str, list[str]], mix_path
             lambda pair: _with_body(case, *pair, keep_name=not mix_path_parameters)))
 
     return schema
+
+
+# HTTP's own framing headers: a generated value (the cluster run of 2026-11-27 sent `Content-Length: -uJ;Rbq`)
+# makes the request unparsable HTTP, which uvicorn's parser refuses with a plain-text 400 before the service
+# sees it. That is the HTTP layer's answer to something that is not an HTTP request, not a route's, and no
+# OpenAPI document can describe it; the client library computes these headers itself.
+FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "host", "connection", "te", "trailer", "upgrade",
+                             "keep-alive", "proxy-connection", "expect"})
+
+
+def _drop_framing_headers(case: Any) -> None:
+    for name in [name for name in (case.headers or {}) if name.lower() in FRAMING_HEADERS]:
+        del case.headers[name]
 
 
 def _modality(name: str) -> str:

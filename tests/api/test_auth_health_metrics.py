@@ -24,6 +24,19 @@ def test_v1_routes_need_a_valid_key(keyed):
     assert keyed.get("/v1/collections", headers={"X-API-Key": "k-one"}).json()["count"] == 0
 
 
+@pytest.mark.parametrize("authorization, status", [
+    ("Bearer k-wrong", 401),  # a made-up bearer beside a valid X-API-Key (the cluster fuzz's ignored_auth finding)
+    ("Bearer k-two", 401),  # two valid but different keys: which one's scopes and rate bucket? refused
+    ("Bearer k-one", 200),  # the same key twice is one key
+    ("Basic dXNlcjpwYXNz", 200),  # another scheme (a proxy's) is no key
+])
+def test_two_different_keys_in_one_request_are_refused(keyed, authorization, status):
+    response = keyed.get("/v1/collections", headers={"X-API-Key": "k-one", "Authorization": authorization})
+    assert response.status_code == status, response.text
+    if status == 401:
+        assert "two different API keys" in error_of(response)["message"]
+
+
 def test_health_and_metrics_stay_open(keyed):
     assert keyed.get("/healthz").status_code == 200
     assert keyed.get("/readyz").json()["status"] == "ready"
