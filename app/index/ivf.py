@@ -56,6 +56,26 @@ _VERSION = 1
 _HEADER = struct.Struct("<8sIIIqqq")  # magic, version, bits, nlist, last_seq, count, payload bytes
 
 
+def _on_one_omp_thread(search: Any) -> Any:
+    """Run one query's FAISS search with an OpenMP team of one on this thread, then restore the team size.
+
+    FAISS splits an IVF search over its queries; with one query the team's other threads have nothing to do
+    but wait at the barrier, spinning, which on a busy machine waits out other jobs' time slices:
+    bench/results/scale.json (load 6-14) timed single queries at 10^8 windows, nprobe 12, at p50 14.0 ms /
+    p99 54 ms with FAISS' default team of 2 against 1.9 / 7.6 ms with one thread (10^7: p99 34 against 0.5
+    ms). The flat scans already run on one OpenMP thread (app/index/_sharded.py); a batch of queries (the
+    shared scan under load) keeps the default team, which splits the queries between its threads.
+    """
+    before = faiss.omp_get_max_threads()
+    if before == 1:
+        return search()
+    faiss.omp_set_num_threads(1)  # per OS thread: other threads' searches keep their own setting
+    try:
+        return search()
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
 class BinaryIVF:
     """An inverted-file Hamming index with stable int64 ids (thread-safe: searches share, writes exclude).
 
@@ -150,7 +170,10 @@ class BinaryIVF:
         if len(queries) == 0:
             return np.full((0, k), HAMMING_PAD, np.int32), np.full((0, k), PAD_ID, np.int64)
         with self._lock.read():
-            distances, labels = self._index.search(queries, k, params=params)
+            if len(queries) == 1:
+                distances, labels = _on_one_omp_thread(lambda: self._index.search(queries, k, params=params))
+            else:
+                distances, labels = self._index.search(queries, k, params=params)
         distances[labels < 0] = HAMMING_PAD
         return distances.astype(np.int32, copy=False), labels
 

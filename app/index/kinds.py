@@ -100,9 +100,10 @@ def auto_nlist(n: int) -> int:
     than 39 training codes per list allow: 10^5 -> 256, 10^6 -> 1024, 10^7 and up -> 2048.
 
     Why sqrt(n) and not FAISS' 4 sqrt(n) (which gave 4096 from 10^6 up), from bench/results/scale.json (real-audio
-    256-bit codes, 200 held-out real queries): recall@10 at nprobe 8 was 0.978 with 1024 lists at 10^6, 0.981 with
-    1024 at 10^7 and 0.960 with 2048 at 10^8, and at the default nprobe (16 there) 0.995-0.997: real codes cluster
-    tightly, so few lists reach the recall target. Lists cost at build time: k-means ~nlist^2 (4096 lists: 310 s
+    256-bit codes, 200 held-out real queries; the run with this rule, refined and capped lists): recall@10 at
+    nprobe 8 was 0.974 with 1024 lists at 10^6, 0.934 with 2048 at 10^7 and 0.966 with 2048 at 10^8, and at
+    nprobe 16 0.995, 0.987 and 0.995: real codes cluster tightly, so few lists reach the recall target (the run
+    before, 1024 lists at 10^7 gave 0.981 at nprobe 8: `git show 914980c:bench/results/scale.json`). Lists cost at build time: k-means ~nlist^2 (4096 lists: 310 s
     at 10^6 on the busy machine, 1024: 81 s) and adding a code compares it with every centroid (10^8 codes into
     2048 lists: 307 CPU-seconds, most of the 10^8 build), so 4x the lists is ~16x the training and 4x the filling.
     At a query, one centroid costs as much as one code scanned; the cap of 2048 keeps that below the ~8,192 codes
