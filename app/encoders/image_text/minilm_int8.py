@@ -99,18 +99,14 @@ def quantise_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rows, scale
 
 
-class _TokenProduct(torch.autograd.Function):
+class _TokenProduct(_Int8Product):
     """``x @ weight.T + bias`` with ``x`` rounded to uint8 with one step and zero point per token (row).
 
     onnxruntime's MatMulInteger takes one zero point for the whole input, so the product runs with zero
     point 0 and each row's ``zero * column sums of the int8 rows`` is subtracted afterwards, in int32
     (exact). Zero is on every row's grid (the range is widened to include it), as in DynamicQuantizeLinear.
+    The eager ``forward`` (the exporter's shapes) is :class:`_Int8Product`'s: only the operators differ.
     """
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight_t: torch.Tensor, column_sums: torch.Tensor, scale: torch.Tensor,
-                bias: torch.Tensor) -> torch.Tensor:
-        return x @ (weight_t.float() * scale) + bias
 
     @staticmethod
     def symbolic(g: Any, x: Any, weight_t: Any, column_sums: Any, scale: Any, bias: Any) -> Any:
