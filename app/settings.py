@@ -58,7 +58,12 @@ class IndexSettings(BaseModel):
 
 
 class EncoderSettings(BaseModel):
-    default_audio: str = Field("general-audio", description="Encoder for new audio collections when none is named: speech in any language and everyday sounds (reports/audio/generalisation.md).")
+    default_audio: str = Field(
+        "general-audio-commercial",
+        description="Encoder for new audio collections when none is named: speech in any language and everyday sounds, "
+        "trained on commercially usable data only; `general-audio` (ESC-50, non-commercial) finds unseen sound classes "
+        "better (reports/audio/generalisation.md, README 'Data and licences').",
+    )
     default_image: str = Field("image-text-minilm", description="Encoder for new image collections when none is named.")
     preload: list[str] = Field(default_factory=list, description="Encoders loaded at startup besides those collections use.")
     extra_dirs: list[str] = Field(default_factory=list, description="Directories with extra trained checkpoints.")

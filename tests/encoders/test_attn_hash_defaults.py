@@ -37,7 +37,7 @@ def test_default_checkpoint_loads_and_embeds(name: str) -> None:
 
 
 def test_service_default_audio_encoder_is_the_general_checkpoint() -> None:
-    assert EncoderSettings().default_audio == "general-audio"
+    assert EncoderSettings().default_audio == "general-audio-commercial"
     assert EncoderSettings().default_audio in discover()
 
 

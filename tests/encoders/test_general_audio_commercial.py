@@ -1,4 +1,4 @@
-"""The shipped opt-in `general-audio-commercial`: version 6's speech branch beside a sounds branch and router that
+"""The shipped default audio encoder, `general-audio-commercial`: version 6's speech branch beside a sounds branch and router that
 never heard ESC-50 (README, Licences; reports/audio/generalisation.md).
 
 What makes it usable commercially is what trained it, so the tests hold the checkpoint's own record to that:
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from app.encoders.registry import create_encoder, discover
+from app.settings import EncoderSettings
 from app.encoders.traced import TracedStep
 from tests.encoders.eager_answers import eager_encode
 from tests.training.tiny_corpora import voice_and_hiss
@@ -25,9 +26,11 @@ def pair():
     return create_encoder("general-audio-commercial", specs), create_encoder("general-audio@6", specs)
 
 
-def test_it_is_listed_and_its_record_says_no_step_heard_esc50(pair) -> None:
+def test_it_is_the_default_and_its_record_says_no_step_heard_esc50(pair) -> None:
     commercial, v6 = pair
     specs = discover()
+    # issue 37: the default must be usable commercially; the ESC-50 twin (`general-audio`) is a named variant
+    assert EncoderSettings().default_audio == commercial.name == "general-audio-commercial"
     assert "general-audio-commercial@1" in specs
     directory = Path(specs["general-audio-commercial"].source)
     config = commercial.config
