@@ -31,7 +31,7 @@ SYNTH_ROW = ("| {part} | speech synthesised here by **espeak-ng**: made-up words
              "the English digits, many voices (app/training/synthesis/pseudowords.py, speech.py){how} | made by this project |")
 ESC_ROW = ("| sounds branch, router | **ESC-50** (K. J. Piczak, ACM Multimedia 2015; https://github.com/karolpiczak/ESC-50): "
            "17 of the 25 classes in ../shared/data; per-clip attributions in `sounds/DATA.md` | CC BY-NC 3.0 (ESC-10 clips CC BY 3.0) |")
-GIVEN_ROW = "| speech branch{what} | the `speech-attn-hash` checkpoint: see `speech/DATA.md` | CC BY 4.0 |"
+GIVEN_ROW = "| speech branch | the `speech-attn-hash` checkpoint: see `speech/DATA.md` | CC BY 4.0 |"
 GENERATED_ROW = ("| {part} | non-speech generated here: silence, noise and tones{varied} (app/training/general_audio/router_fit.py"
                  "{module}) | made by this project |")
 VARIED = ", and bursts, impacts, sweeps, harmonic tones, click trains, crackle and tones in noise"
@@ -44,16 +44,13 @@ ESC_ATTRIBUTIONS = Path(__file__).resolve().parents[2] / "assets" / "models" / "
 
 def data_md(name: str, holdout: dict[str, Any], speech: str, without: str | None = None, negatives: str = "basic",
             sounds_without_labels: str = "words") -> str:
-    """DATA.md for a checkpoint whose speech branch was ``given`` (--speech-from), ``tuned`` here from
-    one (--speech-init) or trained from ``scratch``, with the corpus ``without`` left out."""
+    """DATA.md for a checkpoint whose speech branch was ``given`` (--speech-from) or trained from ``scratch``,
+    with the corpus ``without`` left out."""
     held = ", ".join(holdout.get("fsdd_words", []))
-    rows = [GIVEN_ROW.format(what=" (its starting point)" if speech == "tuned" else "")] if speech != "scratch" else []
+    rows = [GIVEN_ROW] if speech == "given" else []
     asc = ASC_ROW.format(part="speech branch, router")
     if speech == "given":
         fsdd, synth = FSDD_ROW.format(part="router", how=""), SYNTH_ROW.format(part="router", how="")
-    elif speech == "tuned":
-        fsdd = FSDD_ROW.format(part="speech branch, router", how=f", also sped up and slowed down; digits {held} left out")
-        synth = SYNTH_ROW.format(part="speech branch (the digits), router", how=f"; digits {held} left out")
     else:
         fsdd = FSDD_ROW.format(part="speech branch, router", how=f"; digits {held} left out")
         synth = SYNTH_ROW.format(part="speech branch, router", how="")

@@ -1,4 +1,4 @@
-"""What `recall train general-audio` trains on: the corpora's training portions, synthetic and perturbed speech.
+"""What `recall train general-audio` trains on: the corpora's training portions and synthetic speech.
 
 The held-out speakers, words and classes (constants below) are what bench/audio/generalisation.py
 scores on, so every manifest here leaves them out; ``without`` leaves a whole corpus out for the
@@ -19,9 +19,8 @@ ASC_HOLDOUT_WORDS = ("backward", "disable", "five", "next", "open", "right", "st
 FSDD_HOLDOUT_SPEAKERS = ("jackson", "nicolas")
 # digit words no step hears from anyone (real or synthetic): English words never trained on, said by
 # unseen speakers, are bench/audio/generalisation.py's "unseen words" when the speech branch
-# fine-tunes from a checkpoint that heard every Arabic keyword
+# heard every Arabic keyword
 FSDD_HOLDOUT_WORDS = ("2", "5", "7", "9")
-SPEED_FACTORS = (0.85, 0.92, 1.08, 1.16)  # speed-perturbed copies of the real English speakers
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 ESC_HOLDOUT_CLASSES = ("chirping_birds", "clapping", "dog", "engine", "hen", "keyboard_typing", "rain", "siren")
 CORPORA = ("asc", "fsdd", "esc")
@@ -74,30 +73,6 @@ def synthesise(work: Path, args: argparse.Namespace) -> dict[str, Path]:
         synthesise_words(list(DEFAULT_WORDS)[: args.english_words], args.english_voices, SPEECH_RATE, english.parent,
                          seed=args.seed)
     return {"pseudo": pseudo, "synth-en": english, "digits": synthesise_digits(work, args.digit_voices, args.seed)}
-
-
-def speed_perturbed(manifest: Path, work: Path, factors: tuple[float, ...]) -> Path:
-    """Each clip again at other speeds, each factor a new "speaker" (george@0.85): playing faster raises
-    pitch and formants together, roughly what a shorter vocal tract does, so two real English speakers
-    become ten for the triplets' cross-speaker positives (Ko et al. 2015 found speed perturbation the most
-    useful augmentation for unseen speakers)."""
-    import soundfile as sf
-
-    from app.training.audio.data import load_waves, read_manifest
-    from app.training.audio.augment import change_speed
-
-    out_dir, out = work / "speed-perturbed", work / (manifest.stem + "-speeds.csv")
-    records = read_manifest(manifest)
-    waves = load_waves(records, SPEECH_RATE, cache_dir="/tmp/recall-audio-cache")
-    rows = []
-    for record, wave in zip(records, waves):
-        for factor in factors:
-            path = out_dir / f"{factor:g}" / (Path(record.path).stem + ".wav")
-            if not path.is_file():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                sf.write(path, change_speed(wave, factor), SPEECH_RATE)
-            rows.append((str(path.resolve()), record.label, f"{record.speaker}@{factor:g}"))
-    return _write_manifest(out, rows)
 
 
 def synthesise_digits(work: Path, voices: int, seed: int) -> Path:

@@ -16,12 +16,12 @@ Steps (each skipped when its output already exists in ``--work``, so a stopped r
    app/training/synthesis/non_speech.py);
 5. the three are written as one ``routed-fusion`` checkpoint (app/encoders/audio/routed_fusion.py).
 
-``--views-from DIR --whiten-eps E --mfcc-bits B`` trains nothing: it takes DIR's branches and router and
-adds the training-free speech views (app/training/general_audio/speech_views_fit.py; general-audio version 3).
-``--router-from DIR --router-negatives varied`` trains nothing either: DIR's branches and views with the
-router fitted again (app/training/general_audio/router_refit.py; general-audio version 4).
-``--speech-soup A,B,...`` trains nothing: one speech branch, the weight average of several fine-tunes
-(app/training/general_audio/speech_soup.py; general-audio version 5, whose chain is soup -> views -> router).
+``--views-from DIR --frontend-bits B`` trains nothing: it takes DIR's branches and router and adds the
+training-free speech views (app/training/general_audio/speech_views_fit.py; ``general-audio-broad``).
+``--speech-swap-into DIR`` puts a new speech branch beside DIR's sounds branch and router
+(app/training/general_audio/speech_swap.py; ``general-audio`` version 6 and ``general-audio-commercial``).
+Versions 2 to 5's steps (the speech fine-tune ``--speech-init``, channel augmentation, ``--router-from``, the
+speech soup) left the package in issue 37 part 5; reports/audio/README.md names the last commit that has each.
 
 What is held out (app/training/general_audio/data.py) is what bench/audio/generalisation.py scores on. ``--without
 asc|fsdd|esc`` trains the same recipe without one corpus, for the leave-one-corpus-out evaluation.
@@ -41,41 +41,29 @@ import numpy as np
 # the held-out parts are read from here by the bench and the post-hoc steps (``recipe.ASC_HOLDOUT_SPEAKERS``)
 from app.training.general_audio.data import (
     ASC_HOLDOUT_SPEAKERS, ASC_HOLDOUT_WORDS, CORPORA, ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS,
-    FSDD_HOLDOUT_WORDS, SPEECH_RATE, SPEED_FACTORS, speed_perturbed, synthesise, training_manifests,
+    FSDD_HOLDOUT_WORDS, SPEECH_RATE, synthesise, training_manifests,
 )
 
 from app.training.general_audio.router_data import HOP_S, SERVICE_RATE, WINDOW_S, generated_negatives, router_data, sample_waves
 FINISHED = "finished"
 
 
-def speech_argv(data: Path, manifests: dict[str, Path], synth: dict[str, Path], out: Path,
-                args: argparse.Namespace) -> list[str]:
-    """The speech branch's `recall train audio` arguments: from scratch, or fine-tuned (``--speech-init``)."""
+def speech_argv(manifests: dict[str, Path], synth: dict[str, Path], out: Path, args: argparse.Namespace) -> list[str]:
+    """The speech branch's `recall train audio` arguments when no ``--speech-from`` is given: trained from scratch."""
     common = ["--model", "attn-hash", "--bits", "256", "--sample-rate", str(SPEECH_RATE), "--window", str(WINDOW_S),
               "--hop", str(HOP_S), "--hidden", "96", "--val-groups", "1", "--epochs", str(args.speech_epochs),
               "--steps", str(args.speech_steps), "--patience", str(args.speech_patience), "--lr-patience", "3", "--spec-augment",
               "--seed", str(args.seed), "--device", args.device, "--threads", str(args.threads), "--name", "speech",
-              "--out", str(out), *(["--channel-augment"] if args.speech_channel_augment else [])]
-    if args.speech_init:
-        # the starting checkpoint heard every Arabic keyword from the non-held-out speakers, so it
-        # goes on with all of them (held-out speakers still out); English digits from real and
-        # synthetic voices are what it lacks. Semihard negatives and a gentler rate, as for its
-        # own training; its codes are already binary, so the quantisation term needs no warm-up.
-        extra = [manifests["fsdd"], speed_perturbed(manifests["fsdd"], manifests["fsdd"].parent, SPEED_FACTORS)] \
-            if "fsdd" in manifests else []
-        return ["--manifest", str(data / "asc" / "asc.csv"), "--holdout", ",".join(ASC_HOLDOUT_SPEAKERS),
-                *common, "--init-from", str(args.speech_init), "--mining", "semihard", "--gamma", "0.0005",
-                "--quant-warmup", "0", "--lr", "0.0005", "--keep", "last", "--lr-patience", "0",
-                *[a for path in [*extra, synth["digits"]] for a in ("--extra-manifest", str(path))]]
+              "--out", str(out)]
     speech = [manifests[k] for k in ("asc", "fsdd") if k in manifests] + list(synth.values())
     main, extra = speech[0], speech[1:]  # held-out speakers and words are already out of these manifests
     return ["--manifest", str(main), *common, *[a for path in extra for a in ("--extra-manifest", str(path))]]
 
 
-def train_speech(data: Path, manifests: dict[str, Path], synth: dict[str, Path], out: Path, args: argparse.Namespace) -> None:
+def train_speech(manifests: dict[str, Path], synth: dict[str, Path], out: Path, args: argparse.Namespace) -> None:
     from app.training.audio.cli import main as audio_main
 
-    argv = speech_argv(data, manifests, synth, out, args)
+    argv = speech_argv(manifests, synth, out, args)
     if (out / "train_state.pt").is_file():
         argv.append("--resume")  # a stopped run goes on from its last finished epoch
     if audio_main(argv) != 0:
@@ -114,17 +102,12 @@ def whiten_sounds(synth: dict[str, Path], out: Path, args: argparse.Namespace) -
 def run(args: argparse.Namespace) -> int:
     from app.encoders.registry import load_checkpoint_dir
     from app.training.general_audio.card import write_data_card
-    from app.training.general_audio.posthoc import fit_views, make_soup, one_step, refit_router
+    from app.training.general_audio.posthoc import fit_views, one_step
     from app.training.general_audio.router_fit import assemble, fit_router, texture_statistics
 
     started = time.time()
     if not args.out and not args.write_manifests:
         raise SystemExit("recall train general-audio: error: --out is required")
-    if args.soup_seeds:  # version 5's whole chain, one step after another (app/training/general_audio/soup_recipe.py)
-        from app.training.general_audio.soup_recipe import run_recipe
-
-        return run_recipe(args, getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:],
-                          parse_args, run)
     data, work = Path(args.data).resolve(), Path(args.work)  # manifests hold absolute paths
     if args.write_manifests:  # the training-side manifests alone, e.g. for `recall train audio --extra-manifest`
         for corpus, path in training_manifests(data, work, args.without).items():
@@ -138,23 +121,19 @@ def run(args: argparse.Namespace) -> int:
                              "to train one (not both)")
         return swap_speech(args)
     one_step(args)
-    if args.views_from or args.router_from or args.speech_soup:  # nothing trained, see general_audio_posthoc
-        if args.speech_soup:
-            return make_soup(data, args)
-        return fit_views(data, args) if args.views_from else refit_router(data, work, args)
+    if args.views_from:  # nothing trained (app/training/general_audio/posthoc.py)
+        return fit_views(data, args)
     manifests = training_manifests(data, work, args.without)
     synth = synthesise(work, args)
-    if args.speech_init and args.without == "asc":
-        raise SystemExit("--without asc cannot start from a speech checkpoint that trained on Arabic keywords")
     # each recipe's sounds branch in a folder of its own, so a cached branch of another recipe is never reused
     unlabelled = "esc" not in manifests and args.sounds_without_labels == "whiten"
-    speech_dir = work / ("speech-tuned" if args.speech_init else "speech")
+    speech_dir = work / "speech"
     sounds_dir = work / ("sounds-unlabelled" if unlabelled else "sounds")
     if args.speech_from:  # an existing speech checkpoint (it carries its own reproduce command)
         speech_dir = Path(args.speech_from)
     # the trainer writes weights after every better epoch, so "finished" needs its own marker
     elif not (speech_dir / FINISHED).is_file() or args.retrain:
-        train_speech(data, manifests, synth, speech_dir, args)
+        train_speech(manifests, synth, speech_dir, args)
         (speech_dir / FINISHED).write_text("speech branch training finished\n")
     if not (sounds_dir / "weights.safetensors").is_file() or args.retrain:
         train_sounds(manifests, synth, sounds_dir, args)
@@ -173,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
             "sound-texture model joined by a learned speech/non-speech router into one 512-bit code"),
         # an existing speech checkpoint may have trained on every keyword: then no keyword is unseen
         "holdout": {"asc_speakers": list(ASC_HOLDOUT_SPEAKERS),
-                    "asc_words": [] if args.speech_from or args.speech_init else list(ASC_HOLDOUT_WORDS),
+                    "asc_words": [] if args.speech_from else list(ASC_HOLDOUT_WORDS),
                     "fsdd_speakers": list(FSDD_HOLDOUT_SPEAKERS),
                     "fsdd_words": [] if args.speech_from else list(FSDD_HOLDOUT_WORDS),
                     "esc_classes": list(ESC_HOLDOUT_CLASSES)},
@@ -186,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
                "seconds": round(time.time() - started, 1)}
     assemble(args.out, speech_dir, sounds_dir, router, config, metrics)
     write_data_card(Path(args.out), name, config["holdout"],
-                    "given" if args.speech_from else "tuned" if args.speech_init else "scratch", args.without,
+                    "given" if args.speech_from else "scratch", args.without,
                     args.router_negatives, args.sounds_without_labels)
     print(f"router accuracy speech {accuracy['speech']:.3f}, non-speech {accuracy['non_speech']:.3f} -> {args.out}")
     return 0
@@ -217,8 +196,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--speech-patience", type=int, default=6,
                    help="stop the speech branch after this many epochs without a better validation MAP (a "
                         "from-scratch branch, e.g. --without asc, needs far more than the default)")
-    p.add_argument("--speech-channel-augment", action="store_true",
-                   help="train the speech branch with channel augmentation too (random equaliser and room)")
     p.add_argument("--retrain", action="store_true", help="train the branches again even if --work has them")
     p.add_argument("--speech-from", metavar="CHECKPOINT_DIR",
                    help="use this attn-hash checkpoint as the speech branch instead of training one")
@@ -233,20 +210,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "pretrained front-end (recall train audio --frontend), on ASC and FSDD's training side (version 6)")
     p.add_argument("--bank-copies", type=int, default=4,
                    help="with --speech-frontend: augmented windows per training clip whose front-end frames are computed once")
-    p.add_argument("--speech-init", metavar="CHECKPOINT_DIR",
-                   help="fine-tune the speech branch from this attn-hash checkpoint (all Arabic keywords, "
-                        "English digits from real and synthetic voices) instead of training it from scratch")
     p.add_argument("--views-from", metavar="CHECKPOINT_DIR",
                    help="train nothing: take this routed-fusion checkpoint's branches and router and add the "
                         "training-free speech views (--whiten-eps, --mfcc-bits) fitted on training-side windows")
-    p.add_argument("--router-from", metavar="CHECKPOINT_DIR",
-                   help="train nothing: take this routed-fusion checkpoint's branches and speech views and fit its "
-                        "router again (with --router-negatives)")
-    p.add_argument("--speech-soup", metavar="DIR,DIR[,...]",
-                   help="train nothing: average the speech branches of these routed-fusion fine-tunes of one network "
-                        "(a model soup, app/training/general_audio/speech_soup.py); sounds branch and router from the first")
-    p.add_argument("--soup-seeds", metavar="S,S,...", help="with --speech-init: version 5's whole chain in one command "
-                   "(app/training/general_audio/soup_recipe.py): fine-tunes per seed, their soup, the views, the router")
     p.add_argument("--whiten-eps", type=float, default=None,
                    help="with --views-from: whiten the speech float, eigenvalues floored at EPS x the largest")
     p.add_argument("--mfcc-bits", type=int, default=0,
