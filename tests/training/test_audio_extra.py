@@ -1,4 +1,4 @@
-"""--extra-manifest (training split only, single-clip labels as negatives) and --init-from (fine-tuning)."""
+"""--extra-manifest (training split only, single-clip labels as negatives)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-import torch
 
-from app.encoders.base import l2_normalise
-from app.encoders.checkpoint import CheckpointError
-from app.encoders.registry import create_encoder, discover
 from app.training.audio import cli as audio_cli
 from app.training.audio.data import Record, split_records, with_extra_training
 from app.training.audio.train import TrainConfig, Trainer
@@ -60,14 +56,6 @@ def _config(data: dict[str, Path], out: Path, **overrides) -> TrainConfig:
     return TrainConfig(**{**base, **overrides})
 
 
-@pytest.fixture(scope="module")
-def source(data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny checkpoint to fine-tune from."""
-    out = tmp_path_factory.mktemp("source")
-    Trainer(_config(data, out, name="tiny-source")).run()
-    return out
-
-
 def test_extra_records_join_training_only() -> None:
     records = [Record(f"{s}-{w}.wav", w, s) for s in "abcde" for w in ("yes", "no") for _ in range(2)]
     splits = split_records(records, "speaker", ["a"], 1, seed=0)
@@ -112,33 +100,15 @@ def test_tiny_run_with_extra_data_records_it(data: dict[str, Path], tmp_path: Pa
     assert config["split"]["val"] == sorted({r.speaker for r in plain.splits.val})
 
 
-def test_init_from_starts_with_the_checkpoints_weights(data: dict[str, Path], source: Path, tmp_path: Path) -> None:
-    # dropout has no weights, so it may differ from the checkpoint's
-    trainer = Trainer(_config(data, tmp_path / "ft", init_from=str(source), dropout=0.1))
-    encoder = create_encoder("tiny-source", discover([source]))
-    rng = np.random.default_rng(7)
-    waves = [0.1 * rng.standard_normal(1500).astype(np.float32) for _ in range(3)]
-    floats, _ = trainer.embed(waves)
-    np.testing.assert_allclose(l2_normalise(floats), encoder.encode(waves).floats, atol=1e-5)
-    for name, tensor in encoder.net.state_dict().items():
-        assert torch.equal(tensor, trainer.net.state_dict()[name].cpu()), name
-    trainer.run()
-    recorded = json.loads((tmp_path / "ft" / "config.json").read_text())
-    assert recorded["init_from"]["path"] == str(source) and len(recorded["init_from"]["weights_sha256"]) == 64
-    assert recorded["training"]["init_from"] == str(source)
-    assert json.loads((tmp_path / "ft" / "metrics.json").read_text())["init_from"] == recorded["init_from"]
-
-
-def test_init_from_refuses_another_architecture(data: dict[str, Path], source: Path, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(CheckpointError, match=r"arch.hidden: checkpoint 8, requested 12"):
-        Trainer(_config(data, tmp_path / "a", init_from=str(source), hidden=12))
-    with pytest.raises(CheckpointError, match=r"bits: checkpoint 16, requested 32"):
-        Trainer(_config(data, tmp_path / "b", init_from=str(source), bits=32))
-    # the command line says so in one line, without a traceback
+def test_the_command_line_refuses_held_out_extra_data_in_one_line(data: dict[str, Path], tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    leak = tmp_path / "leak.csv"  # a clip said by the held-out speaker s3, offered as extra training data
+    clip = next((data["main"].parent).glob("low-s3-*.wav"))
+    leak.write_text(f"path,label,speaker\n{clip},synth:leak,s3\n")
     code = audio_cli.main(["--manifest", str(data["main"]), "--model", "attn-hash", "--bits", "16",
                            "--sample-rate", str(RATE), "--window", "0.25", "--hidden", "8", "--heads", "2",
                            "--d-a", "6", "--holdout", "s3", "--val-groups", "1", "--cache-dir", "",
-                           "--init-from", str(source), "--window", "0.5", "--out", str(tmp_path / "c")])
+                           "--extra-manifest", str(leak), "--out", str(tmp_path / "c")])
     assert code == 2
-    assert "window_s: checkpoint 0.25, requested 0.5" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("recall train audio: error:") and "held-out" in err and "Traceback" not in err

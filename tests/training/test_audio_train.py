@@ -120,14 +120,6 @@ def test_keep_last_runs_every_epoch_and_keeps_the_last(manifest: Path, tmp_path:
     assert metrics["best_epoch"] == 3 and metrics["keep"] == "last"
 
 
-def test_channel_augment_turns_on_the_equaliser_and_room_only_with_augmentation(manifest: Path, tmp_path: Path) -> None:
-    on = Trainer(_config(manifest, tmp_path / "a", "attn-hash", channel_augment=True))
-    assert (on.augment.eq_prob, on.augment.reverb_prob) == (0.5, 0.3)
-    assert Trainer(_config(manifest, tmp_path / "b", "attn-hash")).augment.eq_prob == 0.0
-    off = Trainer(_config(manifest, tmp_path / "c", "attn-hash", augment=False, channel_augment=True))
-    assert (off.augment.eq_prob, off.augment.reverb_prob, off.augment.noise_prob) == (0.0, 0.0, 0.0)
-
-
 def test_a_frozen_pretrained_frontend_trains_from_a_bank_of_augmented_windows(manifest: Path, tmp_path: Path) -> None:
     """--frontend speech-embedding --bank-copies 2: the front-end runs once per clip and copy, then never in a step."""
     torch.manual_seed(0)

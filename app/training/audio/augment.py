@@ -14,7 +14,6 @@ from typing import Callable
 
 import numpy as np
 
-from app.training.audio.channel_augment import random_eq, reverberate
 
 
 def add_noise(wave: np.ndarray, snr_db: float, rng: np.random.Generator) -> np.ndarray:
@@ -85,15 +84,6 @@ class AugmentConfig:
     gain_db: tuple[float, float] = (-6.0, 6.0)
     speed_prob: float = 0.3
     speed: tuple[float, float] = (0.9, 1.1)
-    # channel augmentation (app/training/audio/channel_augment.py), off by default: recipes without it draw
-    # exactly the random numbers they drew before
-    eq_prob: float = 0.0
-    eq_db: float = 6.0
-    reverb_prob: float = 0.0
-    rt60_s: tuple[float, float] = (0.1, 0.5)
-
-
-CHANNEL_AUGMENT = {"eq_prob": 0.5, "reverb_prob": 0.3}  # `--channel-augment`: half the windows coloured, a third in a room
 
 
 def training_window(
@@ -107,8 +97,7 @@ def training_window(
     """One augmented training window of ``length`` samples around ``wave``.
 
     Speed, then placement (a random crop of a longer clip, or a random offset up to
-    ``max_shift_s`` beyond centring for a shorter one), context or zeros around it, the channel
-    (equaliser, room; when on), gain, noise.
+    ``max_shift_s`` beyond centring for a shorter one), context or zeros around it, gain, noise.
 
     Args:
         context: returns another random clip to borrow surrounding audio from; None for zeros.
@@ -133,10 +122,6 @@ def training_window(
             out[tail : tail + len(piece)] = piece
     first, last = max(0, offset), min(length, offset + len(wave))
     out[first:last] = wave[first - offset : last - offset]
-    if config.eq_prob and rng.random() < config.eq_prob:
-        out = random_eq(out, sample_rate, rng, config.eq_db)
-    if config.reverb_prob and rng.random() < config.reverb_prob:
-        out = reverberate(out, sample_rate, rng, config.rt60_s)
     out = apply_gain(out, rng.uniform(*config.gain_db))
     if rng.random() < config.noise_prob:
         out = add_noise(out, rng.uniform(*config.snr_db), rng)

@@ -67,9 +67,6 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--no-augment", dest="augment", action="store_false")
     p.add_argument("--spec-augment", action="store_true",
                    help="attn-hash: also mask random mel bands and frames (SpecAugment) in training")
-    p.add_argument("--channel-augment", action="store_true",
-                   help="attn-hash: also colour training windows with a random equaliser (half of them) and a "
-                        "synthetic room (a third), so a word through another microphone stays the same word")
     p.add_argument("--cache-dir", default="/tmp/recall-audio-cache", help="decoded-audio cache ('' disables)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
@@ -80,9 +77,6 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
                         "`python -m app.training.synthesis.speech`: added to the TRAINING split only, never to "
                         "validation or the holdout; its speakers/labels must not be validation or held-out ones. "
                         "Labels found only here with a single clip are used as negatives only")
-    p.add_argument("--init-from", metavar="CHECKPOINT_DIR",
-                   help="start from this checkpoint's weights (fine-tuning); refused unless its family, sample rate, "
-                        "window, bits, features and network (dropout aside) equal the ones asked for")
     t = p.add_argument_group("texture-mlp (general sounds; --bits is --whiten-dim + --head-dim, split is by label)")
     t.add_argument("--train-hop", type=float, default=0.25, help="hop of the training windows in seconds")
     t.add_argument("--pcen", action=argparse.BooleanOptionalAction, default=True,
@@ -167,13 +161,13 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience, lr_patience=args.lr_patience, keep=args.keep,
         seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
         mining=args.mining, augment=args.augment, spec_augment=args.spec_augment,
-        channel_augment=args.channel_augment, cache_dir=args.cache_dir or None, threads=args.threads,
-        device=args.device, description=args.description, extra_manifests=args.extra_manifests, init_from=args.init_from,
+        cache_dir=args.cache_dir or None, threads=args.threads,
+        device=args.device, description=args.description, extra_manifests=args.extra_manifests,
         command=_command(args), features=frontend_features(args.frontend), bank_copies=args.bank_copies,
     )
     try:
         trainer = Trainer(cfg)
-    except ValueError as exc:  # bad manifest, split, extra data or --init-from (CheckpointError): say what, no traceback
+    except ValueError as exc:  # bad manifest, split or extra data: say what, no traceback
         print(f"recall train audio: error: {exc}", file=sys.stderr)
         return 2
     metrics = trainer.run(resume=args.resume)

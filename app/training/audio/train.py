@@ -24,9 +24,8 @@ from app.encoders.audio import siamese
 from app.encoders.audio._trained_audio import build_parts
 from app.encoders.checkpoint import save_checkpoint
 from app.training.audio.data import Record, load_waves, read_manifest, read_pack, split_records, with_extra_training
-from app.training.audio.augment import CHANNEL_AUGMENT, AugmentConfig, eval_window, training_window
+from app.training.audio.augment import AugmentConfig, eval_window, training_window
 from app.training.audio.feature_bank import build_bank, draw
-from app.training.audio.fine_tune import load_init_weights
 from app.training.audio.spec_augment import MaskConfig, mask_features
 from app.training.losses import HashLossWeights, contrastive_loss, hashing_objective
 from app.training.retrieval import cosine_scores, hamming_scores, retrieval_metrics
@@ -82,14 +81,12 @@ class TrainConfig:
     mining: Literal["random", "semihard", "hard"] = "semihard"
     augment: bool = True
     spec_augment: bool = False  # attn-hash: mask random mel bands and frames (app/training/audio/spec_augment.py)
-    channel_augment: bool = False  # random equaliser and room on training windows (app/training/audio/channel_augment.py)
     cache_dir: str | None = "/tmp/recall-audio-cache"
     threads: int = 2
     device: str = "cpu"
     description: str = ""
     command: str = ""
     extra_manifests: list[str] = field(default_factory=list)  # training-only extra data (e.g. synth_speech)
-    init_from: str | None = None  # checkpoint directory whose weights start the run (fine-tuning)
     # a frozen pretrained front-end (features with no trainable weights): embed this many augmented
     # windows of each training clip once, and draw each batch's features from them (0: every step anew)
     bank_copies: int = 0
@@ -201,7 +198,6 @@ class Trainer:
         sample = self.rng.choice(len(self.train_waves), size=min(2000, len(self.train_waves)), replace=False)
         _set_input_stats(self.net, self.features, self._eval_windows([self.train_waves[i] for i in sample]),
                          per_dim=cfg.model == "siamese-mlp")
-        self.init_from = load_init_weights(self.net, self.config, BUILDERS, cfg.init_from) if cfg.init_from else None  # after the stats: its own win
         self.features.to(cfg.device)
         self.net.to(cfg.device)
         self.optimiser = torch.optim.Adam(self.net.parameters(), lr=cfg.lr)
@@ -209,8 +205,6 @@ class Trainer:
                           if cfg.lr_patience > 0 else None)
         self.weights = HashLossWeights(cfg.alpha, cfg.beta, cfg.gamma, cfg.margin)
         self.augment = AugmentConfig() if cfg.augment else AugmentConfig(0.0, 0.0, 0.0, (0, 0), (0, 0), 0.0, (1, 1))
-        if cfg.augment and cfg.channel_augment:
-            self.augment = dataclasses.replace(self.augment, **CHANNEL_AUGMENT)
         # a frozen front-end's frames, computed once (app/training/audio/feature_bank.py)
         self.bank = (build_bank(self.features, self._train_windows, len(self.train_waves), cfg.bank_copies)
                      if cfg.bank_copies > 0 else None)
@@ -341,7 +335,7 @@ class Trainer:
 
     def save_checkpoint(self, metrics: dict[str, Any]) -> None:
         self._finalise_codes()
-        provenance = {"init_from": self.init_from, "extra_data": self.extra_data}
+        provenance = {"extra_data": self.extra_data}
         config = {**self.config, **provenance,
                   "split": {"by": self.cfg.split_by, "holdout": self.cfg.holdout,
                             "val": sorted({getattr(r, self.cfg.split_by) for r in self.splits.val})}}
