@@ -39,15 +39,10 @@ def parse_loco(spec: str, corpora: tuple[str, ...]) -> list[tuple[str, str, str]
 
 
 def _sources(command: str) -> list[str]:
-    """The checkpoints a no-training command started from: ``--views-from`` or ``--router-from`` (one), or
-    ``--speech-soup`` (its comma-separated ingredients)."""
+    """The checkpoint a no-training ``--views-from`` command started from (versions 4 and 5's ``--router-from`` and
+    ``--speech-soup`` chains left with their recipe code; their LOCO rows keep the commands they recorded)."""
     words = shlex.split(command)
-    for flag in ("--views-from", "--router-from"):
-        if flag in words[:-1]:
-            return [words[words.index(flag) + 1]]
-    if "--speech-soup" in words[:-1]:
-        return [part for part in words[words.index("--speech-soup") + 1].split(",") if part]
-    return []
+    return [words[words.index("--views-from") + 1]] if "--views-from" in words[:-1] else []
 
 
 def _chain(command: str, depth: int = 0) -> list[str]:
@@ -69,7 +64,7 @@ def run_info(directory: str, corpus: str) -> dict[str, Any]:
     if config.get("without") != corpus:
         raise SystemExit(f"--loco {corpus}={directory}: the checkpoint records without={config.get('without')!r}, "
                          f"not {corpus!r}; it would be scored on data it trained on")
-    commands = _chain(config.get("reproduce", {}).get("train", ""))  # a chain: version 5 <- 4 <- 3 <- soup <- fine-tunes
+    commands = _chain(config.get("reproduce", {}).get("train", ""))  # a chain: views <- the checkpoint they were fitted to
     return {"checkpoint": str(directory), "without": corpus, "name": config.get("name"), "version": config.get("version"),
             "commands": [c for c in commands if c]}
 

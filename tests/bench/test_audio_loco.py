@@ -81,42 +81,12 @@ def test_run_info_lists_a_views_checkpoints_source_command_first(loco_dir: Path,
     views = tmp_path / "views"
     shutil.copytree(loco_dir, views)
     config = json.loads((views / "config.json").read_text())
-    config.update({"speech_views": {"mfcc_bits": 64},
-                   "reproduce": {"train": f"recall train general-audio --views-from {loco_dir} --mfcc-bits 64 --out V"}})
+    config.update({"speech_views": {"frontend_bits": 256},
+                   "reproduce": {"train": f"recall train general-audio --views-from {loco_dir} --frontend-bits 256 --out V"}})
     (views / "config.json").write_text(json.dumps(config))
     assert run_info(str(views), "fsdd")["commands"] == [
         "recall train general-audio --without fsdd --out X",
-        f"recall train general-audio --views-from {loco_dir} --mfcc-bits 64 --out V"]
-    # version 4's recipe refits the router of a views checkpoint: the whole chain, oldest first
-    refit = tmp_path / "refit"
-    shutil.copytree(views, refit)
-    config["reproduce"] = {"train": f"recall train general-audio --router-from {views} --router-negatives varied --out R"}
-    (refit / "config.json").write_text(json.dumps(config))
-    assert run_info(str(refit), "fsdd")["commands"] == [
-        "recall train general-audio --without fsdd --out X",
-        f"recall train general-audio --views-from {loco_dir} --mfcc-bits 64 --out V",
-        f"recall train general-audio --router-from {views} --router-negatives varied --out R"]
-
-
-def _made_by(source: Path, target: Path, command: str) -> Path:
-    """A copy of ``source`` whose config says ``command`` made it."""
-    shutil.copytree(source, target)
-    config = json.loads((target / "config.json").read_text())
-    config["reproduce"] = {"train": command}
-    (target / "config.json").write_text(json.dumps(config))
-    return target
-
-
-def test_run_info_lists_every_soup_ingredients_command_before_the_soup(loco_dir: Path, tmp_path: Path) -> None:
-    second = _made_by(loco_dir, tmp_path / "second", "recall train general-audio --without fsdd --seed 1 --out Y")
-    soup = _made_by(loco_dir, tmp_path / "soup", f"recall train general-audio --speech-soup {loco_dir},{second} --out S")
-    views = _made_by(loco_dir, tmp_path / "soup-views",
-                     f"recall train general-audio --views-from {soup} --mfcc-bits 64 --out V")
-    assert run_info(str(views), "fsdd")["commands"] == [
-        "recall train general-audio --without fsdd --out X",
-        "recall train general-audio --without fsdd --seed 1 --out Y",
-        f"recall train general-audio --speech-soup {loco_dir},{second} --out S",
-        f"recall train general-audio --views-from {soup} --mfcc-bits 64 --out V"]
+        f"recall train general-audio --views-from {loco_dir} --frontend-bits 256 --out V"]
 
 
 def test_loco_targets_use_the_baselines_of_their_own_run() -> None:
