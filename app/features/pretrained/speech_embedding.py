@@ -118,10 +118,7 @@ class SpeechEmbedding(torch.nn.Module):
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
         if wave.shape[-1] < self.min_samples():
             wave = F.pad(wave, (0, self.min_samples() - wave.shape[-1]))
-        return self.frames_of(self.logmel(wave))
-
-    def frames_of(self, mel: torch.Tensor) -> torch.Tensor:
-        """(B, frames >= 76, 32) log-mel (``mel / 10 + 2``) -> (B, embeddings, 96): the convolution stack."""
+        mel = self.logmel(wave)
         if self.onnx_on_cpu and mel.device.type == "cpu" and not torch.is_grad_enabled():
             return torch.ops.recall.speech_embedding_convs(mel)
         return self.net(mel)
@@ -152,34 +149,17 @@ class SpeechEmbeddingFeatures(torch.nn.Module):
     window's start and end too, so an attentive pooling head can pick the frames where the word sits
     in the middle (on English digits by unseen speakers, a clip centred in its window scored MAP 0.77
     mean-pooled and 0.30 left-aligned: the frames are strongly position-sensitive).
-
-    ``equalise``: the log-mel channel equalisation's config entry (``ChannelEqualiser.spec()``,
-    app/features/pretrained/channel_eq.py), applied to the padded window's mel before the convolutions;
-    None (every checkpoint before round 7): the front-end as published.
     """
 
     sample_rate = SAMPLE_RATE
     kind = "speech-embedding"  # as in a config's "features" (app/features/spectrogram.build_features)
 
-    def __init__(self, pad_s: float = 0.0, equalise: dict | None = None) -> None:
+    def __init__(self, pad_s: float = 0.0) -> None:
         super().__init__()
         self.pad = int(round(pad_s * SAMPLE_RATE))
         self.frontend = load(onnx_on_cpu=True)  # its own copy, as shared() gives
-        self.equaliser = None
-        if equalise is not None:
-            from app.features.pretrained.channel_eq import ChannelEqualiser
-
-            self.equaliser = ChannelEqualiser(**equalise)
-
-    def padded(self, wave: torch.Tensor) -> torch.Tensor:
-        if self.pad:
-            wave = F.pad(wave, (self.pad // 2, self.pad - self.pad // 2))
-        return wave
 
     def forward(self, wave: torch.Tensor) -> torch.Tensor:
-        wave = self.padded(wave)
-        if self.equaliser is None:
-            return self.frontend(wave)
-        if wave.shape[-1] < SpeechEmbedding.min_samples():  # as SpeechEmbedding.forward does
-            wave = F.pad(wave, (0, SpeechEmbedding.min_samples() - wave.shape[-1]))
-        return self.frontend.frames_of(self.equaliser(self.frontend.logmel(wave)))
+        if self.pad:
+            wave = F.pad(wave, (self.pad // 2, self.pad - self.pad // 2))
+        return self.frontend(wave)
