@@ -21,12 +21,13 @@ client it took the p50 from 18 to 11-16 ms.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -96,6 +97,11 @@ def in_flight() -> Iterator[None]:
             _in_flight -= 1
 
 
+def has_second_core() -> bool:
+    """True when the process may use a second core for model work (its CPUs and ``torch_threads``)."""
+    return _second_core()
+
+
 def spare_core() -> bool:
     """True when the process has a second core for model work and no other request is being served
     beside the current one (then its work has the other core)."""
@@ -123,3 +129,27 @@ def run_beside(here: Callable[[], A], beside: Callable[[], B]) -> tuple[A, B]:
         wait([future])  # the side work finishes before the error propagates
         raise
     return first, future.result()
+
+
+def map_beside(fn: Callable[[A], B], items: Sequence[A]) -> list[B]:
+    """``[fn(x) for x in items]``, the caller's thread and the side thread taking items in turn.
+
+    For a batch of independent calls that each release the GIL (MiniLM's sentences through
+    onnxruntime): whichever thread is free takes the next item, so uneven items even out, and when
+    the side thread is still busy with other work the caller simply takes them all. As with
+    :func:`run_beside`, the side work never outlives the call and an error is raised after both stop.
+    """
+    out: list[B] = [None] * len(items)  # type: ignore[list-item]
+    order = itertools.count()  # next() is atomic under the GIL: each index is taken once
+
+    def work() -> None:
+        while (i := next(order)) < len(items):
+            out[i] = fn(items[i])
+
+    future = _side_executor().submit(work)
+    try:
+        work()
+    finally:
+        wait([future])
+    future.result()
+    return out

@@ -1,6 +1,7 @@
 """Text query speed under issue 35's rule: the MiniLM query precision A/B, speed and quality in one run.
 
     python -m bench.service.text_query_ab [--rounds 3] [--images 10000] [--changed int8_token,float32,int8]
+    python -m bench.service.text_query_ab --baseline HEAD~2 --unchanged int8_token --changed "" --skip quality,in_process
 
 Writes ``bench/results/text_query_ab.json``. In one run, on the same machine, for the unchanged precision
 and every changed one (``--changed``, comma-separated):
@@ -16,6 +17,10 @@ and every changed one (``--changed``, comma-separated):
   (``{"text": ..., "k": 10}``: re-ranked by the head, the service's default), then 16 clients for
   ``--seconds``. Every sentence is new to the server it is sent to (each server starts with an empty
   query cache). Medians over rounds per variant.
+
+``--baseline REV`` adds, for every precision, a server running the ``app/`` package of git revision REV
+(``git archive``), labelled ``<precision>@<REV>``, in the same rounds: the same-run A/B of a code change
+that leaves the precision as it is (issue 35's speed work; bench/results/text_query_ab_*.json).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import numpy as np
 
 from bench.service import query_corpus as corpus
 from bench.service.load import json_request, run_load
-from bench.service.query_path import RESULTS, Server, _load, _texts, measured
+from bench.service.query_path import RESULTS, ROOT, Server, _export_tree, _load, _texts, measured
 from bench.service.text_quality import DEFAULT_PHOTOS, encoder_with_precision, qualities
 
 OUT = RESULTS / "text_query_ab.json"
@@ -78,7 +83,7 @@ def medians(rounds: list[dict[str, Any]], variant: str) -> dict[str, dict[str, f
 
 
 def http(precisions: list[str], texts: list[str], images: int, rounds: int, seconds: float,
-         cache: Path) -> dict[str, Any]:
+         cache: Path, baseline: str | None = None) -> dict[str, Any]:
     from app.settings import Settings
 
     encoders = Settings().encoders
@@ -87,23 +92,29 @@ def http(precisions: list[str], texts: list[str], images: int, rounds: int, seco
         seed = Path(tmp) / "corpus"
         # a small audio collection beside the images: the corpus builder makes both
         out["corpus"] = corpus.prepared(cache, encoders.default_audio, encoders.default_image, 1000, images, seed)
+        # (label, source tree, precision): the working tree's app/, and with a baseline REV's beside it
+        variants = [(p, ROOT, p) for p in precisions]
+        if baseline:
+            (Path(tmp) / "baseline").mkdir()
+            out["baseline"] = {"rev": baseline, "commit": _export_tree(baseline, Path(tmp) / "baseline")}
+            variants += [(f"{p}@{baseline}", Path(tmp) / "baseline", p) for p in precisions]
         for round_number in range(rounds):
-            shift = round_number % len(precisions)
-            for precision in precisions[shift:] + precisions[:shift]:
-                data = Path(tmp) / f"data-{precision}"
-                shutil.rmtree(data, ignore_errors=True)
+            shift = round_number % len(variants)
+            for label, tree, precision in variants[shift:] + variants[:shift]:
+                data = Path(tmp) / f"data-{len(out['rounds'])}"
                 shutil.copytree(seed, data)
-                server = Server(Path(__file__).resolve().parents[2], data, precision)
+                server = Server(tree, data, label)
                 server.env["RECALL_ENCODERS__TEXT_QUERY_PRECISION"] = precision
                 server.start()
                 try:
                     row = asyncio.run(_one_server(server, texts, seconds))
                 finally:
                     server.stop()
-                out["rounds"].append({"round": round_number, "variant": precision, "at": time.time(), **row})
-                print(round_number, precision, {p: (round(v["p50_ms"], 2), round(v["queries_per_s"], 1)) for p, v in row.items()},
+                    shutil.rmtree(data, ignore_errors=True)
+                out["rounds"].append({"round": round_number, "variant": label, "at": time.time(), "load": _load(), **row})
+                print(round_number, label, {p: (round(v["p50_ms"], 2), round(v["queries_per_s"], 1)) for p, v in row.items()},
                       flush=True)
-    out["medians"] = {p: medians(out["rounds"], p) for p in precisions}
+    out["medians"] = {label: medians(out["rounds"], label) for label, _, _ in variants}
     out["load_after"] = _load()
     return out
 
@@ -118,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--photos", type=Path, default=DEFAULT_PHOTOS, help="the COCO photos (held-out dev set)")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: quality,in_process,http")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "recall-bench-corpus")
+    parser.add_argument("--baseline", help="git revision whose app/ also serves every precision (a same-run A/B of a code change)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -134,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         result["in_process"] = in_process(precisions, texts[-300:])
         print("in process:", result["in_process"], flush=True)
     if "http" not in skip:
-        result["http"] = http(precisions, texts[:-300], args.images, args.rounds, args.seconds, args.cache)
+        result["http"] = http(precisions, texts[:-300], args.images, args.rounds, args.seconds, args.cache, args.baseline)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result.get(k) for k in ("in_process",)} | {"http_medians": result.get("http", {}).get("medians")}, indent=1))

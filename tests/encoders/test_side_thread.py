@@ -152,3 +152,37 @@ def test_the_cgroup_cpu_quota_is_read_from_v2_or_v1_files(tmp_path, files, quota
     assert cgroup_cpu_quota(tmp_path) == quota
     cores = usable_cores(tmp_path)
     assert 0 < cores <= len(os.sched_getaffinity(0)) and (quota is None or cores <= quota)
+
+
+def test_map_beside_returns_every_result_in_order_and_uses_both_threads():
+    from app.encoders.side_thread import map_beside
+
+    threads = set()
+
+    def work(x):
+        threads.add(threading.current_thread().name)
+        time.sleep(0.01)  # long enough that the side thread gets some of the items
+        return x * x
+
+    assert map_beside(work, list(range(20))) == [x * x for x in range(20)]
+    assert len(threads) == 2
+    assert map_beside(work, []) == []
+
+
+def test_map_beside_raises_an_error_after_both_threads_stopped():
+    from app.encoders.side_thread import map_beside
+
+    done = []
+
+    def work(x):
+        time.sleep(0.01)
+        if x == 3:
+            raise ValueError("bad item")
+        done.append(x)
+        return x
+
+    with pytest.raises(ValueError, match="bad item"):
+        map_beside(work, list(range(10)))
+    settled = len(done)
+    time.sleep(0.05)
+    assert len(done) == settled  # nothing still running after the call returned

@@ -51,6 +51,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from app.encoders.side_thread import has_second_core, map_beside, spare_core
+
 OPSET = 17  # LayerNormalization is an ONNX operator from 17 on
 # The graph without its weights (75 KB), written once by ``python -m app.encoders.image_text.minilm_int8
 # --write``; its manifest (.json beside it) lists the tensors the session is given at load.
@@ -229,7 +231,7 @@ def _shape(bert: Any) -> dict[str, int]:
             "heads": int(config.num_attention_heads), "intermediate": int(config.intermediate_size)}
 
 
-def _session(bert: Any, graph: Path, variant: str) -> Any:
+def _session(bert: Any, graph: Path, variant: str, threads: int = 1) -> Any:
     """An onnxruntime session of the shipped graph with the model's tensors supplied in memory."""
     import onnxruntime
 
@@ -244,10 +246,10 @@ def _session(bert: Any, graph: Path, variant: str) -> Any:
     if missing:
         raise ValueError(f"{graph.name}: tensors {missing[:3]} missing or of another shape")
     options = onnxruntime.SessionOptions()
-    # One thread per call: a lone sentence is ~2 ms, too little to split, and concurrent queries each
-    # get their own call (run releases the GIL). Two intra-op threads on the shared 2-core machine
-    # were 2.5x slower, spinning against the caller's other work.
-    options.intra_op_num_threads = 1
+    # Concurrent sentences each get their own call on one thread (run releases the GIL); only a lone
+    # query's call gets a second intra-op thread (Int8MiniLM). No spinning: a spinning idle thread took
+    # the core the caller's other work needed (2.5x slower on the shared 2-core machine).
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     values = [onnxruntime.OrtValue.ortvalue_from_numpy(tensors[name]) for name in wanted]
@@ -264,10 +266,16 @@ class Int8MiniLM:
     Sentences run one at a time, unpadded: the int8 variant's run-time rounding of a product's input takes
     one scale per tensor, so a sentence batched with others would be rounded differently, and a query's
     answer would depend on what else was in flight (the per-token variant's would not, but padding would
-    change its attention's float rounding).
+    change its attention's float rounding). Where the process has a second core, a batch's sentences run
+    on two threads, each sentence a call of its own (run releases the GIL), and a lone query's call
+    (no other request in flight: app/encoders/side_thread.py) splits its products over two intra-op
+    threads. onnxruntime splits a product by output columns, never along a sum, so every sentence's
+    vector is the same bits whichever way it ran (tests/encoders/test_minilm_threads.py).
     """
 
     def __init__(self, sentence_model: Any, graph: Path | None = None, variant: str = "int8") -> None:
+        from app.encoders.image_text.minilm_inputs import SentenceInputs
+
         transformer, pooling = sentence_model[0], sentence_model[1]
         bert = transformer.auto_model
         config = bert.config
@@ -283,19 +291,24 @@ class Int8MiniLM:
         self.model = sentence_model
         self.embeddings = bert.embeddings
         self.variant = variant
-        self.session = _session(bert, graph or graph_path(variant), variant)
+        self.inputs = SentenceInputs(sentence_model)  # the library's tokens and embedding, bit for bit, cheaper
+        graph = graph or graph_path(variant)
+        self.session = _session(bert, graph, variant)
+        self.lone_session = _session(bert, graph, variant, threads=2)
 
     def __call__(self, texts: list[str]) -> torch.Tensor:
         """(n, hidden) unit-length sentence embeddings."""
-        return torch.cat([self._one(text) for text in texts]) if texts else torch.zeros(0, self.embeddings.word_embeddings.weight.shape[1])
+        if not texts:
+            return torch.zeros(0, self.embeddings.word_embeddings.weight.shape[1])
+        if len(texts) == 1:
+            return self._one(texts[0], self.lone_session if spare_core() else self.session)
+        if not has_second_core():
+            return torch.cat([self._one(text, self.session) for text in texts])
+        return torch.cat(map_beside(lambda text: self._one(text, self.session), texts))
 
-    def _one(self, text: str) -> torch.Tensor:
-        features = self.model.preprocess([text])
-        types = features.get("token_type_ids")
-        with torch.inference_mode():
-            x = self.embeddings(input_ids=features["input_ids"], token_type_ids=types)
-        mask = features["attention_mask"].to(torch.float32)
-        (vectors,) = self.session.run(None, {"x": x.numpy(), "mask": mask.numpy()})
+    def _one(self, text: str, session: Any) -> torch.Tensor:
+        x = self.inputs(text)
+        (vectors,) = session.run(None, {"x": x, "mask": np.ones(x.shape[:2], np.float32)})
         return torch.from_numpy(vectors)
 
 

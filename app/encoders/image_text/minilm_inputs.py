@@ -1,0 +1,68 @@
+"""One sentence -> MiniLM's embedded tokens (the input of its six layers), without the library's per-call machinery.
+
+Why (issue 35): for a one-sentence query, sentence-transformers' ``preprocess`` (its input parsing, kwargs
+merging and the tokenizer's Python wrapper) took ~0.3 ms and ``BertEmbeddings`` as a module ~0.2 ms of a
+~3.3 ms forward, all of it holding the GIL that the service's other requests need. The same work is the
+Rust tokenizer's ``encode`` on a private copy of the backend (truncation to the model's ``max_seq_length``,
+no padding: one sentence is never padded) and the embedding sum in numpy followed by torch's own layer
+norm kernel, ~0.05 ms in all.
+
+The result is bit-identical to ``preprocess`` + ``BertEmbeddings`` (float32 sums in the library's order,
+the same layer-norm kernel): :class:`SentenceInputs` checks that on probe sentences when it is built and
+refuses to be built otherwise (its caller then keeps the library's path), and
+tests/encoders/test_minilm_inputs.py checks it on real captions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# Built-in probes: a caption, upper case and accents (the normaliser), an empty string, whitespace only,
+# and one past max_seq_length (truncation keeps the first tokens and the closing [SEP]).
+PROBES = ("a red circle on a blue background", "Ünïcödé Wörds\tand\nnew lines, 42!", "", "   ", "word " * 300)
+
+
+class SentenceInputs:
+    """``(1, tokens, hidden)`` float32 embedded tokens of one sentence, as the library computes them."""
+
+    def __init__(self, sentence_model: Any) -> None:
+        from tokenizers import Tokenizer
+
+        transformer = sentence_model[0]
+        embeddings = transformer.auto_model.embeddings
+        self.library = sentence_model
+        self.library_embeddings = embeddings
+        # a copy: the library's tokenizer call resets the backend's truncation and padding on every batch
+        self.tokenizer = Tokenizer.from_str(transformer.tokenizer.backend_tokenizer.to_str())
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(int(transformer.max_seq_length))
+        self.words = embeddings.word_embeddings.weight.detach().numpy()
+        self.types = embeddings.token_type_embeddings.weight.detach().numpy()
+        self.positions = embeddings.position_embeddings.weight.detach().numpy()
+        norm = embeddings.LayerNorm
+        self.norm_shape, self.norm_eps = tuple(norm.normalized_shape), float(norm.eps)
+        self.norm_weight, self.norm_bias = norm.weight.detach(), norm.bias.detach()
+        for text in PROBES:
+            if not np.array_equal(self(text), self.reference(text)):
+                raise ValueError(f"the direct tokenizer and embedding differ from the library's on {text[:40]!r}")
+
+    def __call__(self, text: str) -> np.ndarray:
+        encoding = self.tokenizer.encode(text)
+        ids = np.asarray(encoding.ids, dtype=np.int64)
+        # BertEmbeddings' order: (word + token type) + position, then the layer norm (dropout: eval, none)
+        x = self.words[ids] + self.types[np.asarray(encoding.type_ids, dtype=np.int64)]
+        x += self.positions[: len(ids)]
+        with torch.inference_mode():
+            normed = F.layer_norm(torch.from_numpy(x[None]), self.norm_shape, self.norm_weight, self.norm_bias, self.norm_eps)
+        return normed.numpy()
+
+    def reference(self, text: str) -> np.ndarray:
+        """The library's own path: ``preprocess`` and ``BertEmbeddings``."""
+        features = self.library.preprocess([text])
+        with torch.inference_mode():
+            x = self.library_embeddings(input_ids=features["input_ids"], token_type_ids=features.get("token_type_ids"))
+        return x.numpy()
