@@ -53,19 +53,24 @@ def test_the_direct_inputs_are_the_librarys_bit_for_bit(library) -> None:
         assert direct.dtype == np.float32 and direct.shape == reference.shape
         assert np.array_equal(direct, reference), text[:40]
     assert inputs(SENTENCES[-1]).shape[1] == 256  # truncated as the library truncates, [SEP] last
+    # a batch's tokens share one layer-norm call, which normalises each token on its own
+    for text, batched in zip(SENTENCES, inputs.batch(SENTENCES)):
+        assert np.array_equal(batched, inputs.reference(text)), text[:40]
 
 
 def test_inputs_that_disagree_with_the_library_are_refused(library, monkeypatch) -> None:
     # an embedding summed in another order is a few ulps off: the probes must catch it at build time
-    def other_order(self, text):
-        encoding = self.tokenizer.encode(text)
-        ids = np.asarray(encoding.ids)
-        x = self.words[ids] + (self.positions[: len(ids)] + self.types[np.asarray(encoding.type_ids)])
-        normed = torch.nn.functional.layer_norm(torch.from_numpy(x[None]), self.norm_shape, self.norm_weight,
-                                                self.norm_bias, self.norm_eps)
-        return normed.numpy()
+    def other_order(self, texts):
+        out = []
+        for text in texts:
+            encoding = self.tokenizer.encode(text)
+            ids = np.asarray(encoding.ids)
+            x = self.words[ids] + (self.positions[: len(ids)] + self.types[np.asarray(encoding.type_ids)])
+            out.append(torch.nn.functional.layer_norm(torch.from_numpy(x[None]), self.norm_shape, self.norm_weight,
+                                                      self.norm_bias, self.norm_eps).numpy())
+        return out
 
-    monkeypatch.setattr(minilm_inputs.SentenceInputs, "__call__", other_order)
+    monkeypatch.setattr(minilm_inputs.SentenceInputs, "batch", other_order)
     with pytest.raises(ValueError, match="differ from the library"):
         minilm_inputs.SentenceInputs(library)
 
