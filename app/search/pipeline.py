@@ -117,7 +117,8 @@ async def search(
             scores, ids = await scan.search(query.codes, k, nprobe=_nprobe(index, options))
         else:
             scores, ids = await scan.search(query.floats, k)
-        args = (index, query, options, depth, scores, ids, _map_top(collection, query, options, depth))
+        vectors = _vectors_wanted(collection)
+        args = (index, query, options, depth, scores, ids, _map_top(collection, query, options, depth), vectors)
         if options.mode == "two_stage" and getattr(index.float, "MAPPED", False):
             # the shortlist's rows may have to be read from disk: not on the event loop
             distances = await asyncio.to_thread(_segment_distances, *args)
@@ -125,7 +126,7 @@ async def search(
             distances = _segment_distances(*args)
         # every item beyond the scanned depth is at least as far as the worst scanned segment,
         # so the top k are final once k items are found or the whole index was scanned
-        hits = await asyncio.to_thread(_rank, catalog, collection, query, options, distances, depth >= total, with_items)
+        hits = await asyncio.to_thread(_rank, catalog, collection, query, options, distances, depth >= total, with_items, vectors)
         if hits is not None:
             return hits
         depth = min(total, depth * 4)
@@ -146,8 +147,9 @@ def _search_here(
         else:
             assert index.float is not None
             scores, ids = index.float.search(query.floats, k)
-        distances = _segment_distances(index, query, options, depth, scores, ids, _map_top(collection, query, options, depth))
-        hits = _rank(catalog, collection, query, options, distances, depth >= total, with_items)
+        vectors = _vectors_wanted(collection)
+        distances = _segment_distances(index, query, options, depth, scores, ids, _map_top(collection, query, options, depth), vectors)
+        hits = _rank(catalog, collection, query, options, distances, depth >= total, with_items, vectors)
         if hits is not None:
             return hits
         depth = min(total, depth * 4)
@@ -176,6 +178,11 @@ def _map_top(collection: Collection, query: Query, options: SearchOptions, depth
     return min(depth, _wanted(query, options))
 
 
+def _vectors_wanted(collection: Collection) -> dict[int, np.ndarray] | None:
+    """A dict for the shortlist's float vectors where re-ranking may read them (an image collection), else None."""
+    return {} if collection.modality == "image" else None
+
+
 def _nprobe(index: CollectionIndex, options: SearchOptions) -> int | None:
     """The query's nprobe for an index that may hold an IVF: in process, or cluster shards (``takes_nprobe``)."""
     takes = isinstance(index.binary, AdaptiveBinaryIndex) or getattr(index.binary, "takes_nprobe", False)
@@ -193,10 +200,11 @@ def _scanned_bytes(index: CollectionIndex, options: SearchOptions, depth: int) -
 
 def _rank(
     catalog: Catalog, collection: Collection, query: Query, options: SearchOptions,
-    distances: dict[int, float], last: bool, with_items: bool,
+    distances: dict[int, float], last: bool, with_items: bool, vectors: dict[int, np.ndarray] | None = None,
 ) -> list[ItemHit] | None:
     """Segments -> the final top-k items with their occurrences; None when k were not found
-    and a deeper scan may find more. Runs on a worker thread (catalog reads)."""
+    and a deeper scan may find more. Runs on a worker thread (catalog reads). An image hit takes its
+    segment's float vector from ``vectors`` (the two-stage shortlist's), which re-ranking reads."""
     segment_items = catalog.segment_items(collection.name, np.fromiter(distances, np.int64, len(distances)))
     hits = [h for h in group_by_item(distances, segment_items) if h.item_id != query.exclude_item]
     # an item's nearest pair is a lower bound of its mean distance, so this cut is safe for both rules
@@ -212,6 +220,9 @@ def _rank(
     if len(hits) < options.k and not last:
         return None
     hits = hits[: options.k]
+    if vectors and collection.modality == "image":
+        for hit in hits:
+            hit.vector = vectors.get(hit.best_segment_id)
     if collection.modality == "audio" and not mean_rule:  # the mean rule located its pool already
         _locate(catalog, collection, query, options, hits)  # an image is one segment: nothing to locate
     if with_items and hits:
@@ -262,11 +273,12 @@ def _scan_plan(index: CollectionIndex, options: SearchOptions, depth: int) -> tu
 
 def _segment_distances(
     index: CollectionIndex, query: Query, options: SearchOptions, depth: int, scores: np.ndarray, ids: np.ndarray,
-    map_top: int | None = None,
+    map_top: int | None = None, vectors: dict[int, np.ndarray] | None = None,
 ) -> dict[int, float]:
     """segment id -> distance (min over query windows) for the ``depth`` nearest per window, cut to
     the ``map_top`` nearest and every segment tied with the last of them (ties are then broken by item
-    id, as without the cut)."""
+    id, as without the cut). Two-stage: ``vectors`` (when given) receives the kept segments' float
+    vectors, read for the exact distances, so that re-ranking need not read them again."""
     best: dict[int, float] = {}
     if options.mode == "binary":
         _merge(best, ids, scores.astype(np.float64))
@@ -275,18 +287,22 @@ def _segment_distances(
     else:
         assert index.float is not None
         # a concurrent delete may have removed a shortlisted segment since the scan
-        candidates, vectors = index.float.reconstruct_present(_sorted_distinct(ids[ids >= 0]))
-        exact = cosine_distance(query.floats, vectors).min(axis=0)  # min over query windows
+        candidates, vectors_read = index.float.reconstruct_present(_sorted_distinct(ids[ids >= 0]))
+        exact = cosine_distance(query.floats, vectors_read).min(axis=0)  # min over query windows
         # keep the best `depth` after re-ranking: the shortlist is oversampled for recall, but
         # mapping all of it to items would cost more than the scan itself
+        rows = np.arange(len(candidates))  # each candidate's row of vectors_read
         if len(exact) > depth:
-            keep = np.argpartition(exact, depth - 1)[:depth]
-            candidates, exact = candidates[keep], exact[keep]
+            rows = np.argpartition(exact, depth - 1)[:depth]
+            candidates, exact = candidates[rows], exact[rows]
         _merge(best, candidates, exact)
     if map_top is not None and len(best) > map_top:
         values = np.fromiter(best.values(), np.float64, len(best))
         cutoff = np.partition(values, map_top - 1)[map_top - 1]
         best = {sid: d for sid, d in best.items() if d <= cutoff}
+    if vectors is not None and options.mode == "two_stage" and len(query.floats) == 1:
+        row_of = dict(zip(candidates.tolist(), rows.tolist()))  # one window: each candidate once
+        vectors.update((sid, vectors_read[row_of[sid]]) for sid in best)
     return best
 
 

@@ -45,6 +45,7 @@ class ItemHit:
     segments: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, distance)
     best_segment_id: int = -1
     item: dict | None = None  # the catalog row, when the search was asked to fetch it
+    vector: np.ndarray | None = None  # the best segment's float vector, where the search read it (two-stage re-rank)
 
 
 def group_by_item(segment_distance: dict[int, float], segment_items: dict[int, tuple[str, float, float]]) -> list[ItemHit]:

@@ -158,7 +158,9 @@ async def _run_search(
     rerank_scores = None
     if rerank and hits:
         t = time.perf_counter()
-        if state.index.float is not None and not getattr(state.index.float, "MAPPED", False):  # an in-memory gather: no thread hop needed
+        if all(h.vector is not None for h in hits):  # read by the two-stage search already
+            vectors = {h.item_id: h.vector for h in hits}
+        elif state.index.float is not None and not getattr(state.index.float, "MAPPED", False):  # an in-memory gather: no thread hop needed
             vectors = _item_vectors(services, state, hits)
         else:
             vectors = await asyncio.to_thread(_item_vectors, services, state, hits)

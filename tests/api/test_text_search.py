@@ -42,6 +42,7 @@ def client(tmp_path_factory):
                  for i, (shape, colour) in enumerate(OBJECTS)]
         response = test_client.post("/v1/collections/scenes/items", files=files)
         assert response.status_code == 200, response.text
+        test_client.data_dir = settings.data_dir  # type: ignore[attr-defined]
         yield test_client
 
 
@@ -63,3 +64,23 @@ def test_stage1_only_search_also_ranks_the_described_scene_first(client) -> None
     results = response.json()["results"]
     assert results[0]["id"] == "yellow-triangle.png"
     assert "rerank_score" not in results[0]
+
+
+def test_rerank_scores_are_the_heads_on_each_results_stored_vector(client) -> None:
+    """The head re-scores the vectors the two-stage search read (issue 35: not gathered a second time);
+    they must be the stored images' vectors: the scores equal the head applied to the catalog's rows."""
+    text = "a large blue square"
+    response = client.post("/v1/collections/scenes/search", json={"text": text, "k": len(OBJECTS)})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert len(results) == len(OBJECTS)
+    from app.encoders.registry import create_encoder, discover
+    from app.storage.protocol import open_catalog
+
+    encoder = create_encoder(ENCODER, discover())
+    catalog = open_catalog(None, client.data_dir)
+    try:
+        stored = np.stack([catalog.item_segments("scenes", r["id"], encoder.dim, encoder.bits)[2][0] for r in results])
+    finally:
+        catalog.close()
+    np.testing.assert_allclose([r["rerank_score"] for r in results], encoder.rerank(text, stored), rtol=0, atol=1e-6)

@@ -76,3 +76,39 @@ def test_a_filter_keeps_the_whole_depth_so_deeper_rounds_find_the_matches(images
     odd = [i for i in range(N) if i % 2 == 1]
     expected = brute_force(hamming(codes[1:2], codes[odd])[0], [ids[i] for i in odd], 15)
     assert [(h.item_id, h.distance) for h in hits] == expected
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_a_two_stage_image_hit_carries_its_stored_vector_and_only_then(images, monkeypatch, inline):
+    """Re-ranking reads each hit's float vector from the search (issue 35: no second gather); it must be the
+    stored vector of the hit's image, bit for bit, on the inline path and through the shared scan."""
+    import asyncio
+
+    from app.search.pipeline import Scans
+    from app.search.scan import SharedScan
+
+    catalog, collection, index, floats, codes, ids = images
+    row_of = {item: i for i, item in enumerate(ids)}
+    query = Query(floats=floats[9:10].copy(), codes=codes[9:10].copy(), text="a query")
+    options = SearchOptions(k=40, mode="two_stage", oversample=3)
+    if not inline:
+        monkeypatch.setattr(pipeline, "INLINE_SCAN_BYTES", -1)  # through the shared scan
+    scans = Scans(SharedScan(index.binary, "b"), SharedScan(index.float, "f"))
+
+    async def run(opts):
+        try:
+            return await pipeline.search(catalog, collection, index, scans, query, opts)
+        finally:
+            await scans.binary.stop()
+            await scans.float.stop()
+
+    hits = asyncio.run(run(options))
+    assert len(hits) == 40
+    for hit in hits:
+        assert hit.vector is not None and np.array_equal(hit.vector, floats[row_of[hit.item_id]])
+    # the float index holds the same vectors the re-rank used to gather (app/usecases/query.py _item_vectors)
+    present, gathered = index.float.reconstruct_present(np.asarray([h.best_segment_id for h in hits], np.int64))
+    assert np.array_equal(np.stack([h.vector for h in hits]), gathered)
+    # other modes read no vectors, so their hits carry none (re-ranking gathers them as before)
+    scans = Scans(SharedScan(index.binary, "b"), SharedScan(index.float, "f"))
+    assert all(h.vector is None for h in asyncio.run(run(SearchOptions(k=40, mode="float"))))
