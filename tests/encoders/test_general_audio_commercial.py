@@ -48,6 +48,10 @@ def test_it_is_the_default_and_its_record_says_no_step_heard_esc50(trio) -> None
         assert "ESC-50" in card and "no non-commercial term" in card  # named only to say it was not used
         assert "CC BY-NC" not in card and not (directory / "sounds" / "DATA.md").exists()
     assert (commercial.version, v1.version) == ("2", "1")
+    # what GET /v1/encoders lists as each one's licence; the ESC-50 twin says it is non-commercial
+    assert commercial.config["licence"].startswith("commercial use allowed") and "NC" not in commercial.config["licence"]
+    assert v1.config["licence"] == commercial.config["licence"]
+    assert v6.config["licence"].startswith("non-commercial") and "ESC-50" in v6.config["licence"]
     assert (v1.dim, v1.bits) == (v6.dim, v6.bits)
     # version 2's view: version 1's speech half plus the front-end's 96-d centred mean frame, 128 bits of the code
     views = commercial.config["speech_views"]

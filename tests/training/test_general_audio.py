@@ -75,6 +75,7 @@ def test_one_command_builds_a_loadable_routed_fusion_checkpoint(built: tuple[Pat
     assert bits[0, 32:].sum() == 0 and bits[1, :32].sum() == 0  # routed to speech and to sounds
     assert config["router_negatives"] == "basic"
     assert "ESC-50" in (out / "DATA.md").read_text() and (out / "sounds" / "DATA.md").is_file()
+    assert config["licence"].startswith("non-commercial") and "ESC-50" in config["licence"]  # GET /v1/encoders shows it
 
 
 @pytest.mark.system("espeak-ng")
@@ -96,6 +97,7 @@ def test_without_esc_the_sounds_branch_is_an_unlabelled_whitening(
     config = json.loads((out / "config.json").read_text())
     assert config["without"] == "esc" and config["sounds_without_labels"] == "whiten"
     assert json.loads((out / "metrics.json").read_text())["router_windows"]["other"] == 30 + 27  # no real sounds
+    assert config["licence"].startswith("commercial use allowed")
     card = (out / "DATA.md").read_text()
     assert "ESC-50" not in card and "non-commercial" not in card and not (out / "sounds" / "DATA.md").exists()
     emb = load_checkpoint_dir(out).encode(_voice_and_hiss())

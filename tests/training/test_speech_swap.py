@@ -40,6 +40,9 @@ def test_speech_swap_keeps_the_sounds_branch_and_router_and_drops_the_old_views(
     with_views = tmp_path / "with-views"  # the old speech branch's views must not survive the swap
     assert general_audio.main(["--data", str(data), "--views-from", str(source), "--whiten-eps", "0.3",
                                "--mfcc-bits", "8", "--out", str(with_views), "--version", "5"]) == 0
+    stored = json.loads((with_views / "config.json").read_text())
+    del stored["licence"]  # as version 5's config, written before the field: the swap tells it from the data
+    (with_views / "config.json").write_text(json.dumps(stored))
     out = tmp_path / "v6"
     argv = ["--data", str(data), "--speech-from", str(pretrained_speech_checkpoint), "--speech-swap-into", str(with_views),
             "--out", str(out), "--version", "6"]
@@ -56,6 +59,7 @@ def test_speech_swap_keeps_the_sounds_branch_and_router_and_drops_the_old_views(
     assert config["holdout"]["asc_speakers"] == ["00000001"]
     assert config["holdout"]["fsdd_words"] == list(general_audio.FSDD_HOLDOUT_WORDS)  # the extra FSDD manifest held them out
     assert config["speech_swap"]["sounds_and_router_from"]["version"] == "5"
+    assert config["licence"].startswith("non-commercial")  # the ESC-50 sounds branch and router it kept
     card = (out / "DATA.md").read_text()
     assert "speech_embedding" in card and "Apache-2.0" in card and "non-commercial" in card
     assert config["reproduce"]["train"] == "recall train general-audio " + " ".join(argv)

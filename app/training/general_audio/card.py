@@ -13,7 +13,7 @@ from typing import Any
 
 DATA_MD = """# Data behind `{name}`
 
-The default audio encoder. Its parts were trained on:
+An encoder of the general-audio recipe (speech and sounds, routed into one code). Its parts were trained on:
 
 | part | data | licence |
 |---|---|---|
@@ -40,6 +40,17 @@ UNLABELLED_SOUNDS_ROW = ("| sounds branch (no labels) | the texture statistics' 
 WORDS_AS_SOUND_LABELS_ROW = ("| sounds branch (no sound labels) | the synthetic English words above, as the texture "
                              "head's classes | made by this project |")
 ESC_ATTRIBUTIONS = Path(__file__).resolve().parents[2] / "assets" / "models" / "sounds-texture" / "DATA.md"
+# what GET /v1/encoders shows as the checkpoint's licence (config "licence"); a speech swap and the speech views
+# copy it from the checkpoint they start from, whose sounds branch and router decide it (the speech head's data are
+# CC BY / CC BY-SA either way)
+COMMERCIAL_LICENCE = ("commercial use allowed: CC BY 4.0 and CC BY-SA 4.0 recordings (credit them; share adapted "
+                      "material alike), an Apache-2.0 front-end, data made here (DATA.md)")
+NON_COMMERCIAL_LICENCE = "non-commercial: its sounds branch and router learnt from ESC-50 (CC BY-NC 3.0; DATA.md)"
+
+
+def licence(without: str | None) -> str:
+    """The licence a recipe checkpoint inherits from its training data: ESC-50 alone makes it non-commercial."""
+    return COMMERCIAL_LICENCE if without == "esc" else NON_COMMERCIAL_LICENCE
 
 
 def data_md(name: str, holdout: dict[str, Any], speech: str, without: str | None = None, negatives: str = "basic",

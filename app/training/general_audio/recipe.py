@@ -101,7 +101,7 @@ def whiten_sounds(synth: dict[str, Path], out: Path, args: argparse.Namespace) -
 
 def run(args: argparse.Namespace) -> int:
     from app.encoders.registry import load_checkpoint_dir
-    from app.training.general_audio.card import write_data_card
+    from app.training.general_audio.card import licence, write_data_card
     from app.training.general_audio.posthoc import fit_views, one_step
     from app.training.general_audio.router_fit import assemble, fit_router, texture_statistics
 
@@ -148,8 +148,9 @@ def run(args: argparse.Namespace) -> int:
         "name": name, "modality": "audio", "sample_rate": SERVICE_RATE, "window_s": WINDOW_S, "hop_s": HOP_S,
         "version": args.version,
         "description": args.description or (
-            "the default for audio: speech in any language and everyday sounds; a speech network (paper 004) and a "
+            "speech in any language and everyday sounds; a speech network (paper 004) and a "
             "sound-texture model joined by a learned speech/non-speech router into one 512-bit code"),
+        "licence": licence(args.without),
         # an existing speech checkpoint may have trained on every keyword: then no keyword is unseen
         "holdout": {"asc_speakers": list(ASC_HOLDOUT_SPEAKERS),
                     "asc_words": [] if args.speech_from else list(ASC_HOLDOUT_WORDS),

@@ -18,6 +18,7 @@ from typing import Any
 from app.encoders.checkpoint import load_checkpoint, read_config
 from app.encoders.audio.routed_fusion import Router
 from app.encoders.audio.speech_views import PREFIX as VIEWS_PREFIX
+from app.training.general_audio.card import licence
 from app.training.general_audio.data import ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS, FSDD_HOLDOUT_WORDS
 from app.training.general_audio.posthoc import _config_update
 from app.training.general_audio.router_fit import assemble
@@ -105,8 +106,10 @@ def swap_speech(args: argparse.Namespace) -> int:
                              "speech_from": {"path": str(speech_dir), "train": speech_config.get("training", {}).get("command")}}
     config.update(_config_update(args, "seconds: no network is trained; the speech branch's own command is in "
                                  "speech/config.json (training.command)", source, None))
+    # the sounds branch and router it keeps decide the licence (a checkpoint from before the field: from its data)
+    config.setdefault("licence", licence(source_config.get("without")))
     if not args.description:
-        config["description"] = ("the default for audio: speech in any language and everyday sounds; Google's pretrained "
+        config["description"] = ("speech in any language and everyday sounds; Google's pretrained "
                                  "speech_embedding with a paper-004 head (BLSTM, attentive pooling, tanh hash) for speech and "
                                  "a sound-texture model for sounds, joined by a learned speech/non-speech router into one "
                                  "512-bit code")
