@@ -11,6 +11,7 @@ import pytest
 from app.encoders.registry import create_encoder, discover
 from app.encoders.traced import TracedStep
 from tests.encoders.eager_answers import eager_encode
+from tests.encoders.view_checks import assert_only_the_view_differs
 from tests.training.tiny_corpora import voice_and_hiss
 
 
@@ -29,15 +30,7 @@ def test_it_is_listed_with_its_version_and_the_view_in_its_config(pair) -> None:
 
 def test_it_is_version_6_where_the_view_is_not_involved(pair) -> None:
     broad, v6 = pair
-    waves = voice_and_hiss()
-    assert np.array_equal(broad.speech_probability(waves), v6.speech_probability(waves))
-    a, b = broad.encode(waves), v6.encode(waves)
-    bits_a, bits_b = (np.unpackbits(e.codes, axis=1, bitorder="little") for e in (a, b))
-    half = v6.speech.bits
-    assert np.array_equal(bits_a[:, :half], bits_b[:, :half])  # the head's bits, or the sound window's filler
-    assert np.array_equal(bits_a[1], bits_b[1])  # the hiss: a sound window, the view plays no part
-    assert bits_a[0, half:half + 256].any() and not bits_b[0, half:].any()  # the speech window: the view's bits
-    np.testing.assert_allclose(a.floats[1, -v6.sounds.dim:], b.floats[1, -v6.sounds.dim:], atol=1e-5)
+    assert_only_the_view_differs(broad, v6, view_bits=256)
 
 
 def test_it_runs_traced_on_cpu_with_the_eager_answers(pair) -> None:

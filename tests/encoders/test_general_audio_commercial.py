@@ -20,6 +20,7 @@ from app.encoders.registry import create_encoder, discover
 from app.encoders.traced import TracedStep
 from app.settings import EncoderSettings
 from tests.encoders.eager_answers import eager_encode
+from tests.encoders.view_checks import assert_only_the_view_differs
 from tests.training.tiny_corpora import voice_and_hiss
 
 
@@ -76,16 +77,7 @@ def test_its_speech_head_is_version_6s(trio) -> None:
 
 def test_version_2_is_version_1_where_the_view_is_not_involved(trio) -> None:
     commercial, v1, _ = trio
-    waves = voice_and_hiss()  # one speech window, one hiss
-    assert np.array_equal(commercial.speech_probability(waves), v1.speech_probability(waves))
-    a, b = commercial.encode(waves), v1.encode(waves)
-    bits_a, bits_b = (np.unpackbits(e.codes, axis=1, bitorder="little") for e in (a, b))
-    half = v1.speech.bits
-    assert np.array_equal(bits_a[:, :half], bits_b[:, :half])  # the head's bits, or the sound window's filler
-    assert np.array_equal(bits_a[1], bits_b[1])  # the hiss: a sound window, the view plays no part
-    assert bits_a[0, half:half + 128].any() and not bits_b[0, half:].any()  # the speech window: the view's bits
-    assert not bits_a[0, half + 128:].any()  # and nothing else of the sounds half
-    np.testing.assert_allclose(a.floats[1, -v1.sounds.dim:], b.floats[1, -v1.sounds.dim:], atol=1e-5)
+    assert_only_the_view_differs(commercial, v1, view_bits=128)
 
 
 def test_its_router_is_its_own(trio) -> None:
