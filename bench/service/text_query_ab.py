@@ -90,8 +90,9 @@ def http(precisions: list[str], texts: list[str], images: int, rounds: int, seco
     out: dict[str, Any] = {"images": images, "rounds": [], "load_before": _load()}
     with tempfile.TemporaryDirectory(prefix="recall-textab-") as tmp:
         seed = Path(tmp) / "corpus"
-        # a small audio collection beside the images: the corpus builder makes both
+        # the corpus builder makes a small audio collection beside the images; it is dropped below
         out["corpus"] = corpus.prepared(cache, encoders.default_audio, encoders.default_image, 1000, images, seed)
+        _images_only(seed)
         # (label, source tree, precision): the working tree's app/, and with a baseline REV's beside it
         variants = [(p, ROOT, p) for p in precisions]
         if baseline:
@@ -117,6 +118,18 @@ def http(precisions: list[str], texts: list[str], images: int, rounds: int, seco
     out["medians"] = {label: medians(out["rounds"], label) for label, _, _ in variants}
     out["load_after"] = _load()
     return out
+
+
+def _images_only(data_dir: Path) -> None:
+    """Drop the corpus' audio collection: text queries never read it, and a baseline revision may lack the
+    audio encoder it was embedded with (a service that cannot load a collection's encoder is not ready)."""
+    from app.storage.catalog import Catalog
+
+    catalog = Catalog(data_dir / "catalog.sqlite3")
+    try:
+        catalog.delete_collection(corpus.AUDIO_COLLECTION)
+    finally:
+        catalog.close()
 
 
 def main(argv: list[str] | None = None) -> int:
