@@ -119,7 +119,11 @@ def test_speech_frontend_leaves_one_corpus_out_of_the_head(data: Path, tmp_path:
     assert "--extra-manifest" not in without_fsdd and not any("fsdd" in a for a in without_fsdd)
     without_asc = argv("asc")
     assert without_asc[:2] == ["--manifest", str(tmp_path / "fsdd-train.csv")] and not any("asc" in a for a in without_asc)
-    args = general_audio.parse_args(["--data", str(data), "--work", str(tmp_path), "--speech-frontend", "speech-embedding:0.4",
-                                     "--without", "esc", "--speech-swap-into", str(tmp_path), "--out", str(tmp_path / "o")])
-    with pytest.raises(SystemExit, match="speech head only"):
-        speech_swap.train_frontend_speech(data, tmp_path, args)
+    # leaving ESC-50 out is refused only where it belongs: swapping into a sounds branch and router that heard it
+    (tmp_path / "esc-trained").mkdir()
+    (tmp_path / "esc-trained" / "config.json").write_text(json.dumps({"family": "routed-fusion", "format_version": 1, "without": None}))
+    with pytest.raises(SystemExit, match="trained on ESC-50"):
+        general_audio.main(["--data", str(data), "--work", str(tmp_path), "--speech-frontend", "speech-embedding:0.4",
+                            "--without", "esc", "--speech-swap-into", str(tmp_path / "esc-trained"),
+                            "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "speech-frontend").exists()  # refused before any training

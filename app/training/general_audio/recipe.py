@@ -18,6 +18,8 @@ Steps (each skipped when its output already exists in ``--work``, so a stopped r
 
 ``--views-from DIR --frontend-bits B`` trains nothing: it takes DIR's branches and router and adds the
 training-free speech views (app/training/general_audio/speech_views_fit.py; ``general-audio-broad``).
+``--speech-frontend speech-embedding:PAD`` alone runs the chain behind ``general-audio-commercial`` version 2 in one
+command: the speech head, the sounds branch and router, the swap, the views (app/training/general_audio/frontend_recipe.py).
 ``--speech-swap-into DIR`` puts a new speech branch beside DIR's sounds branch and router
 (app/training/general_audio/speech_swap.py; ``general-audio`` version 6 and ``general-audio-commercial``).
 Versions 2 to 5's steps (the speech fine-tune ``--speech-init``, channel augmentation, ``--router-from``, the
@@ -113,6 +115,12 @@ def run(args: argparse.Namespace) -> int:
         for corpus, path in training_manifests(data, work, args.without).items():
             print(f"{corpus}: {path}")
         return 0
+    if args.speech_frontend and not args.speech_swap_into:  # the whole chain (app/training/general_audio/frontend_recipe.py)
+        from app.training.general_audio.frontend_recipe import run_chain
+
+        if args.speech_from or args.views_from:
+            raise SystemExit("--speech-frontend trains the speech head itself: not with --speech-from or --views-from")
+        return run_chain(args, run)
     if args.speech_swap_into:  # version 6: a new speech branch beside an existing sounds branch and router
         from app.training.general_audio.speech_swap import swap_speech
 
@@ -207,8 +215,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="train nothing: this routed-fusion checkpoint's sounds branch and router with --speech-from as "
                         "the speech branch (its speech views, fitted to the old speech branch, are dropped): version 6")
     p.add_argument("--speech-frontend", metavar="speech-embedding:PAD_S",
-                   help="with --speech-swap-into: first train the speech branch as paper 004's head on this frozen "
-                        "pretrained front-end (recall train audio --frontend), on ASC and FSDD's training side (version 6)")
+                   help="train the speech branch as paper 004's head on this frozen pretrained front-end (recall train "
+                        "audio --frontend), on ASC and FSDD's training side; with --speech-swap-into, swap it into that "
+                        "checkpoint (version 6); without, also train the sounds branch and router and, with "
+                        "--frontend-bits, fit the front-end view: general-audio-commercial version 2 in one command")
     p.add_argument("--bank-copies", type=int, default=4,
                    help="with --speech-frontend: augmented windows per training clip whose front-end frames are computed once")
     p.add_argument("--views-from", metavar="CHECKPOINT_DIR",

@@ -72,9 +72,6 @@ def train_frontend_speech(data: Path, work: Path, args: argparse.Namespace) -> P
     out = work / "speech-frontend"
     if (out / FINISHED).is_file() and not args.retrain:
         return out
-    if args.without == "esc":
-        raise SystemExit("--speech-frontend trains the speech head only: leaving ESC-50 out needs a sounds branch and "
-                         "router trained without it (--speech-swap-into such a checkpoint, with --speech-from)")
     fsdd = training_manifests(data, work, None)["fsdd"]
     argv = frontend_speech_argv(data, fsdd, out, args)
     if (out / "train_state.pt").is_file():
@@ -87,6 +84,10 @@ def train_frontend_speech(data: Path, work: Path, args: argparse.Namespace) -> P
 
 
 def swap_speech(args: argparse.Namespace) -> int:
+    # the head never hears ESC-50, but the sounds branch and router kept from the source may have: refuse before training
+    if getattr(args, "without", None) == "esc" and read_config(Path(args.speech_swap_into)).get("without") != "esc":
+        raise SystemExit(f"--without esc: {args.speech_swap_into}'s sounds branch and router were trained on ESC-50; swap "
+                         "into a checkpoint built --without esc, or leave --speech-swap-into out (the whole chain)")
     if getattr(args, "speech_frontend", None):
         args.speech_from = str(train_frontend_speech(Path(args.data).resolve(), Path(args.work), args))
     source, speech_dir = Path(args.speech_swap_into), Path(args.speech_from)
