@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from app.encoders.image_text.faster_path import FasterPath
 from app.encoders.side_thread import has_second_core, map_beside, spare_core
 
 OPSET = 17  # LayerNormalization is an ONNX operator from 17 on
@@ -247,9 +248,10 @@ def _session(bert: Any, graph: Path, variant: str, threads: int = 1) -> Any:
         raise ValueError(f"{graph.name}: tensors {missing[:3]} missing or of another shape")
     options = onnxruntime.SessionOptions()
     # Concurrent sentences each get their own call on one thread (run releases the GIL). A lone query's
-    # call (Int8MiniLM) gets a second intra-op thread that spins between products while the call runs
+    # call (Int8MiniLM) may get a second intra-op thread that spins between products while the call runs
     # and stops when it returns: 3.9 -> 3.0 ms a sentence on the quiet 2-core machine (without spinning
-    # 3.3: waking a sleeping thread per product costs what it gains). A thread that kept spinning after
+    # 3.3: waking a sleeping thread per product costs what it gains), but 4.1 -> 7.7 ms while a nice-19
+    # job held the other core, so Int8MiniLM measures which is faster. A thread that kept spinning after
     # the call took the core the caller's other work needed (2.5x slower when every call had two).
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -271,9 +273,10 @@ class Int8MiniLM:
     answer would depend on what else was in flight (the per-token variant's would not, but padding would
     change its attention's float rounding). Where the process has a second core, a batch's sentences run
     on two threads, each sentence a call of its own (run releases the GIL), and a lone query's call
-    (no other request in flight: app/encoders/side_thread.py) splits its products over two intra-op
-    threads. onnxruntime splits a product by output columns, never along a sum, so every sentence's
-    vector is the same bits whichever way it ran (tests/encoders/test_minilm_threads.py).
+    (no other request in flight: app/encoders/side_thread.py) may split its products over two intra-op
+    threads, when that has been the faster way lately (``lone_path``). onnxruntime splits a product by
+    output columns, never along a sum, so every sentence's vector is the same bits whichever way it ran
+    (tests/encoders/test_minilm_threads.py).
     """
 
     def __init__(self, sentence_model: Any, graph: Path | None = None, variant: str = "int8") -> None:
@@ -298,6 +301,7 @@ class Int8MiniLM:
         graph = graph or graph_path(variant)
         self.session = _session(bert, graph, variant)
         self.lone_session = _session(bert, graph, variant, threads=2)
+        self.lone_path = FasterPath()  # which of the two a lone query takes (app/encoders/image_text/faster_path.py)
 
     def __call__(self, texts: list[str]) -> torch.Tensor:
         """(n, hidden) unit-length sentence embeddings."""
@@ -305,7 +309,10 @@ class Int8MiniLM:
             return torch.zeros(0, self.embeddings.word_embeddings.weight.shape[1])
         inputs = self.inputs.batch(texts)
         if len(texts) == 1:
-            return self._run(inputs[0], self.lone_session if spare_core() else self.session)
+            if not spare_core():
+                return self._run(inputs[0], self.session)
+            # two intra-op threads win on a quiet machine and lose when a background job holds the other core
+            return self.lone_path.run(lambda: self._run(inputs[0], self.session), lambda: self._run(inputs[0], self.lone_session))
         if not has_second_core():
             return torch.cat([self._run(x, self.session) for x in inputs])
         return torch.cat(map_beside(lambda x: self._run(x, self.session), inputs))
