@@ -73,6 +73,13 @@ def test_inputs_that_disagree_with_the_library_are_refused(library, monkeypatch)
     monkeypatch.setattr(minilm_inputs.SentenceInputs, "batch", other_order)
     with pytest.raises(ValueError, match="differ from the library"):
         minilm_inputs.SentenceInputs(library)
+    # the model then runs on the library's own path, with the same vectors as before
+    model = minilm_int8.Int8MiniLM(library, variant="int8_token")
+    assert isinstance(model.inputs, minilm_inputs.LibraryInputs)
+    reference = minilm_inputs.LibraryInputs(library)
+    for text in SENTENCES[:4]:
+        (want,) = model.session.run(None, {"x": reference(text), "mask": np.ones(reference(text).shape[:2], np.float32)})
+        assert np.array_equal(model([text]).numpy(), want)
 
 
 def _serial(model: minilm_int8.Int8MiniLM, texts: list[str]) -> list[np.ndarray]:

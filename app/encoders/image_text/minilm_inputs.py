@@ -9,17 +9,20 @@ norm kernel, ~0.05 ms in all.
 
 The result is bit-identical to ``preprocess`` + ``BertEmbeddings`` (float32 sums in the library's order,
 the same layer-norm kernel): :class:`SentenceInputs` checks that on probe sentences when it is built and
-refuses to be built otherwise (its caller then keeps the library's path), and
-tests/encoders/test_minilm_inputs.py checks it on real captions.
+refuses to be built otherwise, and :func:`sentence_inputs` then keeps the library's path (:class:`LibraryInputs`);
+tests/encoders/test_minilm_threads.py checks it on real captions.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
 
 # Built-in probes: a caption, upper case and accents (the normaliser), an empty string, whitespace only,
 # and one past max_seq_length (truncation keeps the first tokens and the closing [SEP]).
@@ -79,3 +82,27 @@ class SentenceInputs:
         with torch.inference_mode():
             x = self.library_embeddings(input_ids=features["input_ids"], token_type_ids=features.get("token_type_ids"))
         return x.numpy()
+
+
+class LibraryInputs:
+    """The library's own path with :class:`SentenceInputs`' interface: where the direct one disagrees."""
+
+    def __init__(self, sentence_model: Any) -> None:
+        self.library, self.library_embeddings = sentence_model, sentence_model[0].auto_model.embeddings
+
+    reference = SentenceInputs.reference
+
+    def __call__(self, text: str) -> np.ndarray:
+        return self.reference(text)
+
+    def batch(self, texts: list[str]) -> list[np.ndarray]:
+        return [self.reference(text) for text in texts]
+
+
+def sentence_inputs(sentence_model: Any) -> SentenceInputs | LibraryInputs:
+    """The direct inputs, or the library's path (logged) where they would not be the same bits."""
+    try:
+        return SentenceInputs(sentence_model)
+    except (ValueError, AttributeError, TypeError) as exc:  # a tokenizer without a Rust backend, another model
+        log.warning("MiniLM's direct tokenizer and embedding unavailable (%s); using the library's", exc)
+        return LibraryInputs(sentence_model)

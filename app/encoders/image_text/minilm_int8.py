@@ -280,7 +280,7 @@ class Int8MiniLM:
     """
 
     def __init__(self, sentence_model: Any, graph: Path | None = None, variant: str = "int8") -> None:
-        from app.encoders.image_text.minilm_inputs import SentenceInputs
+        from app.encoders.image_text.minilm_inputs import sentence_inputs
 
         transformer, pooling = sentence_model[0], sentence_model[1]
         bert = transformer.auto_model
@@ -297,7 +297,7 @@ class Int8MiniLM:
         self.model = sentence_model
         self.embeddings = bert.embeddings
         self.variant = variant
-        self.inputs = SentenceInputs(sentence_model)  # the library's tokens and embedding, bit for bit, cheaper
+        self.inputs = sentence_inputs(sentence_model)  # the library's tokens and embedding, bit for bit, cheaper
         graph = graph or graph_path(variant)
         self.session = _session(bert, graph, variant)
         self.lone_session = _session(bert, graph, variant, threads=2)
