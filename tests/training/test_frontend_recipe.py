@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -105,9 +106,12 @@ def test_a_stopped_one_command_resumes_from_its_finished_steps(data: Path, tmp_p
 
     monkeypatch.setattr(speech_swap, "frontend_speech_argv", no_training)  # the head is not trained again
     monkeypatch.setattr(general_audio, "train_sounds", no_training)
-    assert general_audio.main(argv) == 0
+    # as `recall train general-audio ...` runs it: no args.argv, the command is read from sys.argv
+    monkeypatch.setattr(sys, "argv", ["recall", "train", "general-audio", *argv])
+    assert general_audio.run(general_audio.parse_args(argv)) == 0
     again = files(out)
     assert again.keys() == first.keys() and all(again[k] == first[k] for k in first if k != "metrics.json")
+    assert json.loads(again["config.json"])["reproduce"]["train"] == "recall train general-audio " + shlex.join(argv)
 
 
 def test_the_one_command_refuses_a_second_source_of_the_speech_branch(data: Path, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import argparse
 import copy
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -61,7 +62,7 @@ def run_chain(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]
         raise SystemExit("recall train general-audio: error: --out is required")
     data, work, out = Path(args.data).resolve(), Path(args.work), Path(args.out)
     name = args.name or out.name
-    own = list(getattr(args, "argv", None) or [])
+    own = list(getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:])  # `recall train` sets no argv
     shared = _shared_flags(args)
 
     head = train_frontend_speech(data, work, args)  # a: cached in W/speech-frontend once finished
