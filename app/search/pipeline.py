@@ -220,7 +220,7 @@ def _rank(
     if len(hits) < options.k and not last:
         return None
     hits = hits[: options.k]
-    if vectors and collection.modality == "image":
+    if vectors:  # an image collection's (_vectors_wanted): re-ranking reads them
         for hit in hits:
             hit.vector = vectors.get(hit.best_segment_id)
     if collection.modality == "audio" and not mean_rule:  # the mean rule located its pool already
