@@ -22,16 +22,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import shlex
-import sys
 from pathlib import Path
 from typing import Callable
 
 DONE = "STEP_FINISHED"  # a step's checkpoint is complete only once this marker is written after it
-
-
-def _command(argv: list[str]) -> str:
-    return "recall train general-audio " + shlex.join(argv)
 
 
 def _step_args(args: argparse.Namespace, argv: list[str], **changes) -> argparse.Namespace:
@@ -55,14 +49,14 @@ def _shared_flags(args: argparse.Namespace) -> list[str]:
 
 def run_chain(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
     """``run`` is recipe.py's own (step b; passed in, as recipe.py imports this module)."""
-    from app.training.general_audio.posthoc import fit_views
+    from app.training.general_audio.posthoc import command_of, fit_views, own_argv
     from app.training.general_audio.speech_swap import swap_speech, train_frontend_speech
 
     if not args.out:
         raise SystemExit("recall train general-audio: error: --out is required")
     data, work, out = Path(args.data).resolve(), Path(args.work), Path(args.out)
     name = args.name or out.name
-    own = list(getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:])  # `recall train` sets no argv
+    own = own_argv(args)
     shared = _shared_flags(args)
 
     head = train_frontend_speech(data, work, args)  # a: cached in W/speech-frontend once finished
@@ -92,8 +86,8 @@ def run_chain(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]
         swap_speech(_step_args(args, c_argv, **c_changes))
         if swapped != out:
             (swapped / DONE).write_text("speech swap finished\n")
-    steps = [("speech head", head_command(head)), ("sounds branch and router", _command(b_argv)),
-             ("speech swap", _command(c_argv))]
+    steps = [("speech head", head_command(head)), ("sounds branch and router", command_of(b_argv)),
+             ("speech swap", command_of(c_argv))]
 
     if args.frontend_bits:
         d_argv = ["--data", str(args.data), "--views-from", str(swapped), "--frontend-bits", str(args.frontend_bits),
@@ -101,8 +95,8 @@ def run_chain(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]
         if args.description:
             d_argv += ["--description", args.description]
         fit_views(data, _step_args(args, own, views_from=str(swapped), out=str(out), name=name))
-        steps.append(("front-end view", _command(d_argv)))
-    record_steps(out, _command(own), steps)
+        steps.append(("front-end view", command_of(d_argv)))
+    record_steps(out, command_of(own), steps)
     print(f"one command: {len(steps)} steps -> {out}")
     return 0
 

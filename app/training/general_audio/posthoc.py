@@ -14,9 +14,18 @@ import sys
 from pathlib import Path
 
 
+def own_argv(args: argparse.Namespace) -> list[str]:
+    """This command's arguments: ``args.argv`` where main() set it, else the process's (``recall train`` sets none)."""
+    return list(getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:])
+
+
+def command_of(argv: list[str]) -> str:
+    """The ``recall train general-audio`` command line a checkpoint records for ``argv``."""
+    return "recall train general-audio " + shlex.join(argv)
+
+
 def _own_command(args: argparse.Namespace) -> str:
-    own = getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:]
-    return "recall train general-audio " + shlex.join(own)
+    return command_of(own_argv(args))
 
 
 def given_steps(args: argparse.Namespace, flags=("--views-from", "--speech-from")) -> list[str]:

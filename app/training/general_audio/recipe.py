@@ -32,7 +32,6 @@ asc|fsdd|esc`` trains the same recipe without one corpus, for the leave-one-corp
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -104,7 +103,7 @@ def whiten_sounds(synth: dict[str, Path], out: Path, args: argparse.Namespace) -
 def run(args: argparse.Namespace) -> int:
     from app.encoders.registry import load_checkpoint_dir
     from app.training.general_audio.card import licence, write_data_card
-    from app.training.general_audio.posthoc import fit_views, one_step
+    from app.training.general_audio.posthoc import _own_command, fit_views, one_step
     from app.training.general_audio.router_fit import assemble, fit_router, texture_statistics
 
     started = time.time()
@@ -150,8 +149,7 @@ def run(args: argparse.Namespace) -> int:
     router, accuracy = fit_router(texture_statistics(sounds.features, speech_windows),
                                   texture_statistics(sounds.features, other_windows))
     name = args.name or Path(args.out).name
-    own = getattr(args, "argv", None) or sys.argv[sys.argv.index("general-audio") + 1:]
-    command = "recall train general-audio " + shlex.join(own)
+    command = _own_command(args)
     config: dict[str, Any] = {
         "name": name, "modality": "audio", "sample_rate": SERVICE_RATE, "window_s": WINDOW_S, "hop_s": HOP_S,
         "version": args.version,

@@ -16,7 +16,6 @@ corpus too, so the held-out corpus stays unheard by every step, statistics inclu
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 from typing import Any
 
