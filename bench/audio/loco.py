@@ -8,7 +8,7 @@ takes an hour, the main run's systems do not change meanwhile, so ``--loco-only`
 checkpoints and, in the same run and on the same sets, the training-free baselines they are compared
 with; it merges them into the existing report and leaves every other row as it was. Each pair's key is
 the corpus, optionally ``corpus:tag`` for a second recipe on the same corpus (row "loco: without fsdd
-(tag)"). A checkpoint that does not record ``without`` = that corpus is refused: a mislabelled run would
+(tag)"). A checkpoint whose ``without`` does not name that corpus is refused: a mislabelled run would
 otherwise score a model on data it trained on.
 """
 
@@ -19,6 +19,8 @@ import shlex
 import time
 from pathlib import Path
 from typing import Any
+
+from app.training.general_audio.data import left_out
 
 BASELINE_SYSTEMS = ("mfcc-levin", "logmel-mean-std", "audio-baseline")
 
@@ -61,7 +63,7 @@ def run_info(directory: str, corpus: str) -> dict[str, Any]:
     from app.encoders.checkpoint import read_config
 
     config = read_config(directory)
-    if config.get("without") != corpus:
+    if corpus not in left_out(config.get("without")):
         raise SystemExit(f"--loco {corpus}={directory}: the checkpoint records without={config.get('without')!r}, "
                          f"not {corpus!r}; it would be scored on data it trained on")
     commands = _chain(config.get("reproduce", {}).get("train", ""))  # a chain: views <- the checkpoint they were fitted to

@@ -77,6 +77,14 @@ def test_run_info_refuses_a_checkpoint_trained_on_the_corpus(loco_dir: Path, fus
         run_info(str(fused_dir), "fsdd")
 
 
+def test_run_info_takes_a_commercial_loco_checkpoint_for_each_corpus_it_left_out(loco_dir: Path) -> None:
+    config = json.loads((loco_dir / "config.json").read_text())
+    (loco_dir / "config.json").write_text(json.dumps({**config, "without": "fsdd,esc"}))
+    assert run_info(str(loco_dir), "fsdd")["without"] == "fsdd"
+    with pytest.raises(SystemExit, match="not 'asc'"):
+        run_info(str(loco_dir), "asc")
+
+
 def test_run_info_lists_a_views_checkpoints_source_command_first(loco_dir: Path, tmp_path: Path) -> None:
     views = tmp_path / "views"
     shutil.copytree(loco_dir, views)

@@ -28,6 +28,20 @@ def test_training_manifests_leave_out_every_held_out_group(data: Path, tmp_path:
     assert "rain" not in {r["label"] for r in rows["esc"]}
     assert all(Path(r["path"]).is_absolute() and Path(r["path"]).is_file() for r in rows["asc"])
     assert set(general_audio_data.training_manifests(data, tmp_path / "loco", without="fsdd")) == {"asc", "esc"}
+    assert set(general_audio_data.training_manifests(data, tmp_path / "loco2", without="fsdd,esc")) == {"asc"}
+
+
+def test_without_takes_a_comma_list_of_corpora_in_one_spelling() -> None:
+    import argparse
+
+    parse = general_audio_data.without_corpora
+    assert parse("esc") == "esc" and parse("esc,fsdd") == parse("fsdd, esc") == "fsdd,esc"
+    assert general_audio_data.left_out("fsdd,esc") == {"fsdd", "esc"} and general_audio_data.left_out(None) == set()
+    for bad in ("", "speech", "esc,speech", "asc,fsdd,esc"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(bad)
+    with pytest.raises(SystemExit):  # argparse turns the refusal into a usage error
+        general_audio.main(["--data", "d", "--out", "o", "--without", "esc,dogs"])
 
 
 def test_a_speech_branch_from_scratch_trains_on_every_training_side_manifest(data: Path, tmp_path: Path) -> None:
@@ -119,3 +133,7 @@ def test_the_data_card_lists_what_trained_each_part_and_leaves_out_the_missing_c
     assert "ESC-50" not in whiten and "non-commercial" not in whiten and "whitening alone" in whiten
     words = data_md("ga", holdout, "given", without="esc")
     assert "as the texture head's classes" in words and "whitening alone" not in words
+    # the commercial recipe's leave-one-corpus-out run: both corpora gone from the card, still no ESC-50 term
+    commercial_loco = data_md("ga", holdout, "scratch", without="fsdd,esc", sounds_without_labels="whiten")
+    assert "Free Spoken Digit" not in commercial_loco and "Arabic Speech Commands" in commercial_loco
+    assert "ESC-50" not in commercial_loco and "non-commercial" not in commercial_loco

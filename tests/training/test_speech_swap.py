@@ -119,6 +119,10 @@ def test_speech_frontend_leaves_one_corpus_out_of_the_head(data: Path, tmp_path:
     assert "--extra-manifest" not in without_fsdd and not any("fsdd" in a for a in without_fsdd)
     without_asc = argv("asc")
     assert without_asc[:2] == ["--manifest", str(tmp_path / "fsdd-train.csv")] and not any("asc" in a for a in without_asc)
+    # the commercial recipe's leave-one-corpus-out runs leave ESC-50 out as well: the head is the same
+    assert argv("fsdd,esc") == without_fsdd and argv("asc,esc") == without_asc
+    with pytest.raises(SystemExit, match="cannot leave both out"):
+        argv("asc,fsdd")
     # leaving ESC-50 out is refused only where it belongs: swapping into a sounds branch and router that heard it
     (tmp_path / "esc-trained").mkdir()
     (tmp_path / "esc-trained" / "config.json").write_text(json.dumps({"family": "routed-fusion", "format_version": 1, "without": None}))
@@ -127,3 +131,13 @@ def test_speech_frontend_leaves_one_corpus_out_of_the_head(data: Path, tmp_path:
                             "--without", "esc", "--speech-swap-into", str(tmp_path / "esc-trained"),
                             "--out", str(tmp_path / "o")])
     assert not (tmp_path / "speech-frontend").exists()  # refused before any training
+
+
+def test_the_swap_card_names_only_the_speech_corpora_the_router_heard() -> None:
+    from app.training.general_audio.speech_swap import sounds_and_router_rows
+
+    commercial = "\n".join(sounds_and_router_rows({"without": "esc"}))
+    assert "Arabic Speech Commands and FSDD training speakers" in commercial and "CC BY 4.0; CC BY-SA 4.0" in commercial
+    loco = "\n".join(sounds_and_router_rows({"without": "fsdd,esc"}))
+    assert "FSDD" not in loco and "CC BY-SA" not in loco and "Arabic Speech Commands training speakers" in loco
+    assert "ESC-50" in "\n".join(sounds_and_router_rows({"without": "fsdd"}))  # the sounds branch heard it

@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from app.training.general_audio.data import left_out
+
 DATA_MD = """# Data behind `{name}`
 
 An encoder of the general-audio recipe (speech and sounds, routed into one code). Its parts were trained on:
@@ -50,13 +52,14 @@ NON_COMMERCIAL_LICENCE = "non-commercial: its sounds branch and router learnt fr
 
 def licence(without: str | None) -> str:
     """The licence a recipe checkpoint inherits from its training data: ESC-50 alone makes it non-commercial."""
-    return COMMERCIAL_LICENCE if without == "esc" else NON_COMMERCIAL_LICENCE
+    return COMMERCIAL_LICENCE if "esc" in left_out(without) else NON_COMMERCIAL_LICENCE
 
 
 def data_md(name: str, holdout: dict[str, Any], speech: str, without: str | None = None, negatives: str = "basic",
             sounds_without_labels: str = "words") -> str:
     """DATA.md for a checkpoint whose speech branch was ``given`` (--speech-from) or trained from ``scratch``,
-    with the corpus ``without`` left out."""
+    with the corpora ``without`` names left out."""
+    skipped = left_out(without)
     held = ", ".join(holdout.get("fsdd_words", []))
     rows = [GIVEN_ROW] if speech == "given" else []
     asc = ASC_ROW.format(part="speech branch, router")
@@ -65,22 +68,22 @@ def data_md(name: str, holdout: dict[str, Any], speech: str, without: str | None
     else:
         fsdd = FSDD_ROW.format(part="speech branch, router", how=f"; digits {held} left out")
         synth = SYNTH_ROW.format(part="speech branch, router", how="")
-    rows += [row for corpus, row in (("asc", asc), ("fsdd", fsdd), ("", synth)) if corpus != without]
+    rows += [row for corpus, row in (("asc", asc), ("fsdd", fsdd), ("", synth)) if corpus not in skipped]
     varied = negatives == "varied"
-    whitening = without == "esc" and sounds_without_labels == "whiten"
+    whitening = "esc" in skipped and sounds_without_labels == "whiten"
     rows.append(GENERATED_ROW.format(part="router" + (", sounds branch" if whitening else ""),
                                      varied=VARIED if varied else "", module=", synthesis/non_speech.py" if varied else ""))
-    if without == "esc":
+    if "esc" in skipped:
         rows.append(UNLABELLED_SOUNDS_ROW if whitening else WORDS_AS_SOUND_LABELS_ROW)
     else:
         rows.append(ESC_ROW)
     return DATA_MD.format(name=name, rows="\n".join(rows), holdout=json.dumps(holdout),
-                          use=NON_COMMERCIAL if without != "esc" else "")
+                          use="" if "esc" in skipped else NON_COMMERCIAL)
 
 
 def write_data_card(out: Path, name: str, holdout: dict[str, Any], speech: str, without: str | None, negatives: str,
                     sounds_without_labels: str) -> None:
     """DATA.md in ``out``, and the ESC-50 clips' Freesound credits in ``out/sounds`` when they trained it."""
     (out / "DATA.md").write_text(data_md(name, holdout, speech, without, negatives, sounds_without_labels))
-    if without != "esc" and ESC_ATTRIBUTIONS.is_file():  # the same ESC-50 training clips
+    if "esc" not in left_out(without) and ESC_ATTRIBUTIONS.is_file():  # the same ESC-50 training clips
         shutil.copyfile(ESC_ATTRIBUTIONS, out / "sounds" / "DATA.md")

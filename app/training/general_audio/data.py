@@ -41,19 +41,38 @@ def _write_manifest(path: Path, rows: list[tuple[str, str, str]]) -> Path:
     return path
 
 
+def left_out(without: str | None) -> frozenset[str]:
+    """The corpora ``--without`` names (a comma list, stored as given in a checkpoint's config "without"):
+    the commercial recipe already leaves ESC-50 out, so its leave-one-corpus-out runs leave two corpora out."""
+    return frozenset(part for part in (without or "").split(",") if part)
+
+
+def without_corpora(text: str) -> str:
+    """``--without``'s argparse type: known corpora, at least one kept, written in CORPORA's order (so one set of
+    corpora has one spelling in every config)."""
+    names = left_out(text.replace(" ", ""))
+    unknown = sorted(names - set(CORPORA))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"--without takes a comma list of {', '.join(CORPORA)}; got {text!r}")
+    if names == set(CORPORA):
+        raise argparse.ArgumentTypeError("--without cannot leave every corpus out")
+    return ",".join(corpus for corpus in CORPORA if corpus in names)
+
+
 def training_manifests(data: Path, work: Path, without: str | None) -> dict[str, Path]:
-    """Manifests of the training portion of each corpus (held-out speakers, words and classes removed)."""
-    out = {}
-    if without != "asc":
+    """Manifests of the training portion of each corpus (held-out speakers, words and classes removed), but for
+    the corpora ``without`` names."""
+    out, skipped = {}, left_out(without)
+    if "asc" not in skipped:
         asc = [(str(data / "asc" / r["file"]), r["keyword"], r["speaker"]) for r in _rows(data / "asc" / "asc.csv")
                if r["keyword"] not in ASC_HOLDOUT_WORDS and r["speaker"] not in ASC_HOLDOUT_SPEAKERS]
         out["asc"] = _write_manifest(work / "asc-train.csv", asc)
-    if without != "fsdd":
+    if "fsdd" not in skipped:
         fsdd = [(str(data / "fsdd" / r["file"]), "digit:" + r["digit"], "fsdd:" + r["speaker"])
                 for r in _rows(data / "fsdd" / "fsdd.csv")
                 if r["speaker"] not in FSDD_HOLDOUT_SPEAKERS and r["digit"] not in FSDD_HOLDOUT_WORDS]
         out["fsdd"] = _write_manifest(work / "fsdd-train.csv", fsdd)
-    if without != "esc":
+    if "esc" not in skipped:
         esc = [(str(data / "esc50" / r["filename"]), r["category"], "") for r in _rows(data / "esc50" / "esc50.csv")
                if r["category"] not in ESC_HOLDOUT_CLASSES]
         out["esc"] = _write_manifest(work / "esc-train.csv", esc)

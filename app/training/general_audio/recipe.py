@@ -42,7 +42,7 @@ import numpy as np
 # the held-out parts are read from here by the bench and the post-hoc steps (``recipe.ASC_HOLDOUT_SPEAKERS``)
 from app.training.general_audio.data import (
     ASC_HOLDOUT_SPEAKERS, ASC_HOLDOUT_WORDS, CORPORA, ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS,
-    FSDD_HOLDOUT_WORDS, SPEECH_RATE, synthesise, training_manifests,
+    FSDD_HOLDOUT_WORDS, SPEECH_RATE, synthesise, training_manifests, without_corpora,
 )
 
 from app.training.general_audio.router_data import HOP_S, SERVICE_RATE, WINDOW_S, generated_negatives, router_data, sample_waves
@@ -185,7 +185,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--work", default=".gl/general-audio", help="intermediate files: synthetic speech, branches")
     p.add_argument("--name", help="encoder name (default: the out folder's name)")
     p.add_argument("--version", default="1", help="checkpoint version recorded by each collection that uses it")
-    p.add_argument("--without", choices=CORPORA, help="leave one corpus out of every step (evaluation runs)")
+    p.add_argument("--without", type=without_corpora, metavar="CORPORA",
+                   help="leave corpora out of every step, a comma list of " + ", ".join(CORPORA) + " (esc: the "
+                   "commercial recipe; fsdd,esc or asc,esc: its leave-one-corpus-out runs)")
     p.add_argument("--pseudo-words", type=int, default=40, help="made-up words per language")
     p.add_argument("--pseudo-voices", type=int, default=6, help="voices per made-up word")
     p.add_argument("--languages", help="comma-separated espeak-ng languages for the made-up words (default: 30)")

@@ -19,7 +19,7 @@ from app.encoders.checkpoint import load_checkpoint, read_config
 from app.encoders.audio.routed_fusion import Router
 from app.encoders.audio.speech_views import PREFIX as VIEWS_PREFIX
 from app.training.general_audio.card import licence
-from app.training.general_audio.data import ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS, FSDD_HOLDOUT_WORDS
+from app.training.general_audio.data import ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS, FSDD_HOLDOUT_WORDS, left_out
 from app.training.general_audio.posthoc import _config_update
 from app.training.general_audio.router_fit import assemble
 
@@ -51,11 +51,14 @@ def frontend_speech_argv(data: Path, fsdd_manifest: Path, out: Path, args: argpa
         speakers = {row["speaker"] for row in csv.DictReader(handle)}
     held = [s for s in ASC_HOLDOUT_SPEAKERS if s in speakers]  # all five in ../shared/data; a smaller copy may lack some
     # leave-one-corpus-out (--without): only the head leaves the corpus out; the front-end is fixed
-    if args.without == "asc":  # FSDD's two training speakers alone: one validates, one trains
+    skipped = left_out(args.without)
+    if {"asc", "fsdd"} <= skipped:
+        raise SystemExit("--without: the speech head needs ASC or FSDD; it cannot leave both out")
+    if "asc" in skipped:  # FSDD's two training speakers alone: one validates, one trains
         data_args = ["--manifest", str(fsdd_manifest), "--val-groups", "1"]
     else:
         data_args = ["--manifest", str(data / "asc" / "asc.csv"), "--holdout", ",".join(held)]
-        if args.without != "fsdd":
+        if "fsdd" not in skipped:
             data_args += ["--extra-manifest", str(fsdd_manifest)]
     return [*data_args, "--model", "attn-hash",
             "--frontend", args.speech_frontend, "--bank-copies", str(args.bank_copies), "--bits", "256", "--hidden", "128",
@@ -85,7 +88,8 @@ def train_frontend_speech(data: Path, work: Path, args: argparse.Namespace) -> P
 
 def swap_speech(args: argparse.Namespace) -> int:
     # the head never hears ESC-50, but the sounds branch and router kept from the source may have: refuse before training
-    if getattr(args, "without", None) == "esc" and read_config(Path(args.speech_swap_into)).get("without") != "esc":
+    kept_from = read_config(Path(args.speech_swap_into)).get("without")
+    if "esc" in left_out(getattr(args, "without", None)) and "esc" not in left_out(kept_from):
         raise SystemExit(f"--without esc: {args.speech_swap_into}'s sounds branch and router were trained on ESC-50; swap "
                          "into a checkpoint built --without esc, or leave --speech-swap-into out (the whole chain)")
     if getattr(args, "speech_frontend", None):
@@ -150,23 +154,30 @@ def write_swap_card(out: Path, config: dict[str, Any], source_config: dict[str, 
     (out / "DATA.md").write_text("\n".join(lines))
 
 
+ROUTER_SPEECH = (("asc", "Arabic Speech Commands"), ("fsdd", "FSDD"))
+ROUTER_SPEECH_LICENCES = (("asc", "CC BY 4.0"), ("fsdd", "CC BY-SA 4.0"))
+
+
 def sounds_and_router_rows(source_config: dict[str, Any]) -> list[str]:
     """The card's rows for the parts taken unchanged from the source checkpoint: ESC-50 trained them, unless
     the source was built ``--without esc`` (then the sounds branch is an unlabelled whitening and the router
     heard speech and generated non-speech only)."""
-    if source_config.get("without") != "esc":
+    skipped = left_out(source_config.get("without"))
+    if "esc" not in skipped:
         return [f"| sounds branch and router | unchanged from version {source_config.get('version')}: see `sounds/DATA.md` and the earlier "
                 "checkpoint's DATA.md (ESC-50, 17 of 25 classes; the router also saw the speech corpora, espeak-ng speech "
                 "and generated non-speech made by this project) | CC BY-NC 3.0 (ESC-10 clips CC BY 3.0) |"]
     return ["| sounds branch (no labels) | the texture statistics' whitening alone (config.json: "
             "`speech_swap.sounds_and_router_from.train`), fitted on espeak-ng English words and non-speech generated "
             "here (silence, noise, tones, bursts, impacts, sweeps, clicks, crackle) | made by this project |",
-            "| router | fitted on Arabic Speech Commands and FSDD training speakers, espeak-ng speech and the generated "
-            "non-speech above; no recorded non-speech sound | CC BY 4.0; CC BY-SA 4.0; made by this project |"]
+            "| router | fitted on " + " and ".join(name for corpus, name in ROUTER_SPEECH if corpus not in skipped)
+            + " training speakers, espeak-ng speech and the generated non-speech above; no recorded non-speech sound | "
+            + "; ".join(terms for corpus, terms in ROUTER_SPEECH_LICENCES if corpus not in skipped)
+            + "; made by this project |"]
 
 
 def licence_note(source_config: dict[str, Any]) -> str:
-    if source_config.get("without") != "esc":
+    if "esc" not in left_out(source_config.get("without")):
         return ("Because the sounds branch was fitted on ESC-50, this checkpoint is for **non-commercial research use**. "
                 "The speech branch alone (`speech/`: the frozen Apache-2.0 front-end and a head trained on CC BY and "
                 "CC BY-SA recordings) carries no non-commercial term.")

@@ -27,6 +27,7 @@ from app.encoders.checkpoint import CheckpointError, load_checkpoint, read_confi
 from app.encoders.audio.levin_mfcc import MFCC_DIM, N_MELS, downsampled_mfcc
 from app.encoders.audio.speech_views import PREFIX, fitted_views
 from app.features.logmel import LogMel
+from app.training.general_audio.data import left_out
 from app.training.general_audio.router_fit import copy_branch
 
 ASC_SAMPLE = 600
@@ -39,15 +40,16 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 def fit_paths(data: Path, speech_config: dict[str, Any], seed: int, without: str | None = None) -> list[Path]:
-    """The training-side clips the views are fitted on (see the module docstring); ``without`` names a
-    corpus the source checkpoint was trained without, left out here as well."""
+    """The training-side clips the views are fitted on (see the module docstring); ``without`` names the
+    corpora the source checkpoint was trained without, left out here as well."""
     from app.training.general_audio import data as recipe
 
+    skipped = left_out(without)
     split = speech_config.get("split", {})
-    left_out = set(recipe.ASC_HOLDOUT_SPEAKERS) | set(split.get("val", [])) | set(split.get("holdout", []))
-    asc = [] if without == "asc" else [r for r in _rows(data / "asc" / "asc.csv") if r["speaker"] not in left_out]
+    unheard = set(recipe.ASC_HOLDOUT_SPEAKERS) | set(split.get("val", [])) | set(split.get("holdout", []))
+    asc = [] if "asc" in skipped else [r for r in _rows(data / "asc" / "asc.csv") if r["speaker"] not in unheard]
     chosen = sorted(np.random.default_rng(seed).choice(len(asc), size=min(ASC_SAMPLE, len(asc)), replace=False))
-    fsdd = [] if without == "fsdd" else [
+    fsdd = [] if "fsdd" in skipped else [
         r for r in _rows(data / "fsdd" / "fsdd.csv")
         if r["speaker"] not in recipe.FSDD_HOLDOUT_SPEAKERS and r["digit"] not in recipe.FSDD_HOLDOUT_WORDS]
     return [data / "asc" / asc[i]["file"] for i in chosen] + [data / "fsdd" / r["file"] for r in fsdd]
@@ -116,7 +118,7 @@ def fit_views_checkpoint(data: Path, source: Path, out: Path, whiten_eps: float 
             "fitted_on": f"{len(floats_arr)} unlabelled training-side windows ({len(paths)} clips: "
                          + ", ".join(part for corpus, part in (("asc", "ASC training speakers"),
                                                                 ("fsdd", "FSDD george/lucas training digits"))
-                                     if corpus != without) + ")",
+                                     if corpus not in left_out(without)) + ")",
             "from": {"name": stored.get("name"), "version": stored.get("version")}}
     config = {**stored, **config_update, "speech_views": spec}
     metrics = {"views_windows": len(floats_arr), "views_clips": len(paths)}
