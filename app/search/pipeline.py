@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -29,7 +29,6 @@ from app.search.ranking import (
     hamming,
     mean_of_nearest,
     non_maximum_suppression,
-    score_of,
     similarity_to_distance,
 )
 from app.search.scan import SharedScan
@@ -96,19 +95,22 @@ async def search(
     options: SearchOptions,
     *,
     with_items: bool = False,
-) -> list[ItemHit]:
-    """Ranked items for a query (no re-ranking; see :func:`app.search.rerank`).
+    then: Callable[[list[ItemHit]], Any] | None = None,
+) -> Any:
+    """Ranked items for a query (no re-ranking: ``then`` may do it).
 
     With ``with_items`` each hit also carries its catalog row (``hit.item``), read in the same
     worker-thread call as the ranking: one thread hop per scan depth, not one per lookup.
+    ``then``: the caller's next step, given the final hits in that same worker-thread call; its
+    result is returned instead of the hits (a text search's re-rank: no hop back and out again).
     """
     check_mode(collection, options.mode)
     total = len(index)
     if total == 0:
-        return []
+        return [] if then is None else then([])
     depth = _first_depth(query, options, total)
     if _scanned_bytes(index, options, depth) <= INLINE_SCAN_BYTES:
-        return await asyncio.to_thread(_search_here, catalog, collection, index, query, options, with_items)
+        return await asyncio.to_thread(_search_here, catalog, collection, index, query, options, with_items, then)
     while True:
         kind, k = _scan_plan(index, options, depth)
         scan = scans.binary if kind == "binary" else scans.float
@@ -126,15 +128,24 @@ async def search(
             distances = _segment_distances(*args)
         # every item beyond the scanned depth is at least as far as the worst scanned segment,
         # so the top k are final once k items are found or the whole index was scanned
-        hits = await asyncio.to_thread(_rank, catalog, collection, query, options, distances, depth >= total, with_items, vectors)
-        if hits is not None:
+        done, hits = await asyncio.to_thread(_rank_then, then, catalog, collection, query, options, distances, depth >= total, with_items, vectors)
+        if done:
             return hits
         depth = min(total, depth * 4)
 
 
+def _rank_then(then: Callable[[list[ItemHit]], Any] | None, *args: Any) -> tuple[bool, Any]:
+    """:func:`_rank`, and ``then`` of its hits once they are final: (final, the result)."""
+    hits = _rank(*args)
+    if hits is None:
+        return False, None
+    return True, hits if then is None else then(hits)
+
+
 def _search_here(
     catalog: Catalog, collection: Collection, index: CollectionIndex, query: Query, options: SearchOptions, with_items: bool,
-) -> list[ItemHit]:
+    then: Callable[[list[ItemHit]], Any] | None = None,
+) -> Any:
     """:func:`search` for a small index, entirely on the calling (worker) thread."""
     total = len(index)
     depth = _first_depth(query, options, total)
@@ -151,7 +162,7 @@ def _search_here(
         distances = _segment_distances(index, query, options, depth, scores, ids, _map_top(collection, query, options, depth), vectors)
         hits = _rank(catalog, collection, query, options, distances, depth >= total, with_items, vectors)
         if hits is not None:
-            return hits
+            return hits if then is None else then(hits)
         depth = min(total, depth * 4)
 
 
@@ -295,6 +306,8 @@ def _segment_distances(
         if len(exact) > depth:
             rows = np.argpartition(exact, depth - 1)[:depth]
             candidates, exact = candidates[rows], exact[rows]
+        if len(query.floats) == 1:  # a text, an image, a 1-s clip: every query of issue 35's targets
+            return _one_window_distances(candidates, exact, rows, vectors_read, map_top, vectors)
         _merge(best, candidates, exact)
     if map_top is not None and len(best) > map_top:
         values = np.fromiter(best.values(), np.float64, len(best))
@@ -304,6 +317,26 @@ def _segment_distances(
         row_of = dict(zip(candidates.tolist(), rows.tolist()))  # one window: each candidate once
         vectors.update((sid, vectors_read[row_of[sid]]) for sid in best)
     return best
+
+
+def _one_window_distances(
+    candidates: np.ndarray, exact: np.ndarray, rows: np.ndarray, vectors_read: np.ndarray,
+    map_top: int | None, vectors: dict[int, np.ndarray] | None,
+) -> dict[int, float]:
+    """The two-stage tail of a one-window query in numpy: the dict, in its order, that :func:`_merge` and the
+    ``map_top`` cut build in Python loops (a text query's 400 candidates). Its candidates are distinct."""
+    keep = exact < np.inf  # _merge drops what is not below its missing entry's inf (NaN, inf)
+    if not keep.all():
+        candidates, exact, rows = candidates[keep], exact[keep], rows[keep]
+    if map_top is not None and len(exact) > map_top:
+        values = exact.astype(np.float64)  # the cut compared the merged Python floats
+        cutoff = np.partition(values, map_top - 1)[map_top - 1]
+        keep = values <= cutoff
+        candidates, exact, rows = candidates[keep], exact[keep], rows[keep]
+    ids = candidates.tolist()
+    if vectors is not None:
+        vectors.update(zip(ids, vectors_read[rows]))
+    return dict(zip(ids, exact.tolist()))
 
 
 def _sorted_distinct(ids: np.ndarray) -> np.ndarray:
@@ -356,23 +389,3 @@ def _locate(catalog: Catalog, collection: Collection, query: Query, options: Sea
         elif hit.segments:
             hit.distance = hit.segments[0][2]
     return windows
-
-
-def to_results(hits: list[ItemHit], items: dict[str, dict[str, Any]], mode: str, bits: int, rerank_scores: dict[str, float] | None = None) -> list[dict[str, Any]]:
-    """The response rows: rank, id, score, distance, metadata, segments (and stage scores)."""
-    results = []
-    for rank, hit in enumerate(hits, start=1):
-        stage1 = score_of(hit.distance, mode, bits)
-        row: dict[str, Any] = {
-            "id": hit.item_id,
-            "rank": rank,
-            "score": rerank_scores[hit.item_id] if rerank_scores else stage1,
-            "distance": hit.distance,
-            "metadata": items.get(hit.item_id, {}).get("metadata", {}),
-            "segments": [{"start": s, "end": e, "distance": d} for s, e, d in hit.segments],
-        }
-        if rerank_scores:
-            row["stage1_score"] = stage1
-            row["rerank_score"] = rerank_scores[hit.item_id]
-        results.append(row)
-    return results

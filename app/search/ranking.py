@@ -1,4 +1,4 @@
-"""Pure ranking helpers: distances, segment-to-item grouping, and non-maximum suppression.
+"""Pure ranking helpers: distances, segment-to-item grouping, non-maximum suppression, the response rows.
 
 Kept free of I/O so they can be checked against hand-computed cases.
 """
@@ -6,6 +6,7 @@ Kept free of I/O so they can be checked against hand-computed cases.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -82,3 +83,23 @@ def non_maximum_suppression(segments: list[tuple[float, float, float]], iou: flo
             if len(kept) == limit:
                 break
     return kept
+
+
+def to_results(hits: list[ItemHit], items: dict[str, dict[str, Any]], mode: str, bits: int, rerank_scores: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """The response rows: rank, id, score, distance, metadata, segments (and stage scores)."""
+    results = []
+    for rank, hit in enumerate(hits, start=1):
+        stage1 = score_of(hit.distance, mode, bits)
+        row: dict[str, Any] = {
+            "id": hit.item_id,
+            "rank": rank,
+            "score": rerank_scores[hit.item_id] if rerank_scores else stage1,
+            "distance": hit.distance,
+            "metadata": items.get(hit.item_id, {}).get("metadata", {}),
+            "segments": [{"start": s, "end": e, "distance": d} for s, e, d in hit.segments],
+        }
+        if rerank_scores:
+            row["stage1_score"] = stage1
+            row["rerank_score"] = rerank_scores[hit.item_id]
+        results.append(row)
+    return results

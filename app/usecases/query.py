@@ -15,13 +15,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from app.encoders.base import Encoder
 from app.encoders.side_thread import in_flight
 from app.errors import InvalidInput
 from app.features.windows import cut_audible_windows
 from app.media.audio import decode_audio, uses_fast_path
 from app.media.decode import Upload, decode_media
-from app.search.pipeline import Query, SearchOptions, search, to_results
-from app.search.ranking import ItemHit
+from app.search.pipeline import Query, SearchOptions, search
+from app.search.ranking import ItemHit, to_results
 from app.usecases.services import CollectionState, Services
 from app.worker.batcher import Announcement
 
@@ -151,26 +152,24 @@ async def _run_search(
         nprobe=params.nprobe,
     )
     t = time.perf_counter()
-    # without re-ranking the hits are final: their catalog rows come in the search's own thread call
     searched_from = time.monotonic()  # cluster mode: shard calls inside this window are this search's
-    hits = await search(services.catalog, state.collection, state.index, state.scans, query, options, with_items=not rerank)
-    timings["search_ms"] = (time.perf_counter() - t) * 1000
     rerank_scores = None
-    if rerank and hits:
-        t = time.perf_counter()
-        if all(h.vector is not None for h in hits):  # read by the two-stage search already
-            vectors = {h.item_id: h.vector for h in hits}
-        elif state.index.float is not None and not getattr(state.index.float, "MAPPED", False):  # an in-memory gather: no thread hop needed
-            vectors = _item_vectors(services, state, hits)
-        else:
-            vectors = await asyncio.to_thread(_item_vectors, services, state, hits)
-        hits = [h for h in hits if h.item_id in vectors]  # deleted since stage 1
-        floats = np.stack([vectors[h.item_id] for h in hits]) if hits else np.zeros((0, state.collection.dim), np.float32)
+    if rerank:
+        # the head runs on the search's own worker thread, right after the ranking, and reads the final
+        # hits' catalog rows there too: one thread call for the whole query after its embedding
+        encoder = await services.encoders.load(state.collection.encoder_key)
         assert query.text is not None
-        scores = await services.encoders.rerank(state.collection.encoder_key, query.text, floats) if hits else []
-        rerank_scores = {h.item_id: float(s) for h, s in zip(hits, scores)}
-        hits = sorted(hits, key=lambda h: (-rerank_scores[h.item_id], h.item_id))
-        timings["rerank_ms"] = (time.perf_counter() - t) * 1000
+        text = query.text
+
+        def rerank_here(found: list[ItemHit]) -> tuple[list[ItemHit], dict[str, float] | None]:
+            timings["search_ms"] = (time.perf_counter() - t) * 1000
+            return _reranked(services, state, encoder, text, found, params.k, timings)
+
+        hits, rerank_scores = await search(services.catalog, state.collection, state.index, state.scans, query, options, then=rerank_here)
+    else:
+        # without re-ranking the hits are final: their catalog rows come in the search's own thread call
+        hits = await search(services.catalog, state.collection, state.index, state.scans, query, options, with_items=True)
+        timings["search_ms"] = (time.perf_counter() - t) * 1000
     hits = hits[: params.k]
     if all(h.item is not None for h in hits):
         items = {h.item_id: h.item for h in hits}
@@ -184,6 +183,31 @@ async def _run_search(
     if missed is not None and (partial := missed(searched_from, time.monotonic(), params.partial)):
         response["partial"] = partial
     return response
+
+
+def _reranked(
+    services: Services, state: CollectionState, encoder: Encoder, text: str, hits: list[ItemHit], k: int,
+    timings: dict[str, float],
+) -> tuple[list[ItemHit], dict[str, float] | None]:
+    """Stage 2 on the calling worker thread: the relevance head's order of the stage-1 hits (each with the
+    vector the two-stage search read, or one gathered now), the top ``k`` with their catalog rows."""
+    if not hits:
+        return hits, None
+    started = time.perf_counter()
+    if all(h.vector is not None for h in hits):  # read by the two-stage search already
+        vectors = {h.item_id: h.vector for h in hits}
+    else:
+        vectors = _item_vectors(services, state, hits)
+    hits = [h for h in hits if h.item_id in vectors]  # deleted since stage 1
+    floats = np.stack([vectors[h.item_id] for h in hits]) if hits else np.zeros((0, state.collection.dim), np.float32)
+    scores = services.encoders.rerank_here(encoder, text, floats) if hits else []
+    rerank_scores = {h.item_id: float(s) for h, s in zip(hits, scores)}
+    hits = sorted(hits, key=lambda h: (-rerank_scores[h.item_id], h.item_id))[:k]
+    timings["rerank_ms"] = (time.perf_counter() - started) * 1000
+    items = services.catalog.items_by_id(state.collection.name, [h.item_id for h in hits])
+    for hit in hits:
+        hit.item = items.get(hit.item_id, {})
+    return hits, rerank_scores
 
 
 def _item_vectors(services: Services, state: CollectionState, hits: list[ItemHit]) -> dict[str, np.ndarray]:
