@@ -1,6 +1,6 @@
 """In-process cost of one 1 s window through the default audio encoder, per checkpoint version.
 
-    python -m bench.audio.window_cost [--encoders general-audio@2,general-audio] [--repeats 5]
+    python -m bench.audio.window_cost [--encoders general-audio-commercial,general-audio-commercial:before] [--repeats 5]
 
 Writes bench/results/audio_window_cost.json: milliseconds per window on one torch thread, for a
 single window (a query; all on the calling thread, and as served, with general-audio's two halves on
@@ -8,6 +8,12 @@ two threads) and for batches of 32 (ingest), best of ``--repeats`` runs (the mac
 shared, so the best run is the least disturbed one; the encoders take turns). Windows are speech-like (a harmonic tone with
 a syllable-rate envelope, so the router sends them to the speech half and the speech views run) and
 noise (sounds half); general-audio version 3's speech views run on every window either way.
+
+``NAME:before`` is encoder NAME run as the code before the speed round of issues 35/37 (the same answers bit for
+bit, tests/features/test_ort_blocked.py): onnxruntime's own graph of the speech front-end (its Clips not kept on
+blocked tensors, app/features/pretrained/ort_blocked.py) and a lone query's halves side by side, the front-end on
+one thread (app/encoders/audio/routed_fusion.py), so old and new code take turns in one run. ``stages_ms`` times the
+default's traced steps alone, one after the other on one thread: where a query's milliseconds go.
 """
 
 from __future__ import annotations
@@ -33,6 +39,67 @@ def windows(n: int, seed: int = 0) -> list[np.ndarray]:
         else:
             out.append((0.1 * rng.standard_normal(16000)).astype(np.float32))
     return out
+
+
+class Before:
+    """``encoder`` with the speed round's two switches off while it encodes (see the module docstring)."""
+
+    def __init__(self, encoder) -> None:
+        self.encoder, self.version, self.dim, self.bits = encoder, encoder.version, encoder.dim, encoder.bits
+
+    def encode(self, inputs):
+        from app.encoders.audio import routed_fusion
+        from app.features.pretrained import ort_convs
+
+        routed_fusion.FRONTEND_ON_BOTH_CORES = False
+        ort_convs.set_blocked(False)
+        try:
+            return self.encoder.encode(inputs)
+        finally:
+            routed_fusion.FRONTEND_ON_BOTH_CORES = True
+            ort_convs.set_blocked(True)
+
+
+def stages_ms(encoder, window: np.ndarray, rounds: int = 200) -> dict[str, float]:
+    """Median milliseconds of each traced step of a routed-fusion encoder on one window, the steps taking turns."""
+    import torch
+
+    from app.features.pretrained import ort_convs
+
+    steps = encoder.steps.get("cpu")
+    waves = encoder._fitted([window])
+    audio, speech_waves = torch.from_numpy(waves), encoder._speech_waves(waves)
+    with torch.inference_mode():
+        frames = steps.frames(speech_waves)
+        halves = (*steps.head(frames), *steps.sounds(audio))
+
+        def two_threads():
+            with ort_convs.intra_op_threads(2):
+                steps.frames(speech_waves)
+
+        def plain_graph():
+            ort_convs.set_blocked(False)
+            try:
+                steps.frames(speech_waves)
+            finally:
+                ort_convs.set_blocked(True)
+
+        work = {"speech_frames_one_thread": lambda: steps.frames(speech_waves),
+                "speech_frames_one_thread_before": plain_graph,
+                "speech_frames_two_threads": two_threads,
+                "speech_head": lambda: steps.head(frames),
+                "sounds_half": lambda: steps.sounds(audio),
+                "join": lambda: steps.join(*halves),
+                "encode_as_served": lambda: encoder.encode([window])}
+        times: dict[str, list[float]] = {name: [] for name in work}
+        for run in work.values():
+            run()
+        for _ in range(rounds):
+            for name, run in work.items():
+                started = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - started)
+    return {name: round(1000 * float(np.median(t)), 3) for name, t in times.items()}
 
 
 def interleaved_best_ms(encoders: dict, batch: list[np.ndarray], repeats: int) -> dict[str, float]:
@@ -70,15 +137,24 @@ def main(argv: list[str] | None = None) -> int:
     from app.encoders.registry import create_encoder, discover
 
     parser = argparse.ArgumentParser(prog="python -m bench.audio.window_cost")
-    parser.add_argument("--encoders", default="general-audio@2,general-audio")
+    parser.add_argument("--encoders", default="general-audio-commercial,general-audio-commercial:before,general-audio")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=150, help="query-median rounds (two windows each)")
     parser.add_argument("--out", default="bench/results/audio_window_cost.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     specs = discover()
     from app.encoders.audio import routed_fusion
 
-    encoders = {name: create_encoder(name, specs) for name in args.encoders.split(",")}
+    loaded: dict[str, object] = {}
+    encoders = {}
+    for name in args.encoders.split(","):
+        base, _, variant = name.partition(":")
+        if variant not in ("", "before"):
+            parser.error(f"{name}: the only variant is NAME:before")
+        if base not in loaded:
+            loaded[base] = create_encoder(base, specs)
+        encoders[name] = Before(loaded[base]) if variant else loaded[base]
     served = routed_fusion.SIDE_THREAD_MAX_WINDOWS
     single = {}
     # "one thread": everything on the calling thread; "as served": a query's window runs the speech and
@@ -88,8 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         runs = [interleaved_best_ms(encoders, [w], args.repeats) for w in windows(2)]  # speech-like, noise
         single[mode] = {name: min(r[name] for r in runs) for name in encoders}
     routed_fusion.SIDE_THREAD_MAX_WINDOWS = served
-    median = query_median_ms(encoders, windows(2), 50)
+    median = query_median_ms(encoders, windows(2), args.rounds)
     batch = interleaved_best_ms(encoders, windows(32), args.repeats)
+    first = next(iter(loaded.values()))
+    stages = {kind: stages_ms(first, w) for kind, w in zip(("speech_like", "noise"), windows(2))} \
+        if hasattr(getattr(first, "steps", None), "eager") and hasattr(first.steps.eager, "frames") else {}
     results = {name: {"version": e.version, "dim": e.dim, "bits": e.bits,
                       "ms_per_window_batch_1_one_thread": single["one_thread"][name],
                       "ms_per_window_batch_1_as_served": single["as_served"][name],
@@ -99,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, row in results.items():
         print(name, row, flush=True)
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "torch_threads": 1, "cpus": os.cpu_count(),
-              "load_average_1_5_15": list(os.getloadavg()), "repeats": args.repeats, "results": results}
+              "load_average_1_5_15": list(os.getloadavg()), "repeats": args.repeats,
+              "query_median_of": 2 * args.rounds, "results": results,
+              "stages_ms": {"encoder": next(iter(loaded)), "windows": stages} if stages else {}}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"-> {args.out}")

@@ -37,7 +37,7 @@ def test_it_runs_traced_on_cpu_with_the_eager_answers(pair) -> None:
     broad, _ = pair
     waves = voice_and_hiss() + [np.zeros(8000, np.float32)]
     traced = broad.encode(waves)
-    assert isinstance(broad.steps.built.speech, TracedStep)
+    assert isinstance(broad.steps.built.frames, TracedStep) and isinstance(broad.steps.built.head, TracedStep)
     [eager] = eager_encode(broad, waves)
     np.testing.assert_array_equal(traced.codes, eager.codes)
     np.testing.assert_allclose(traced.floats, eager.floats, atol=1e-6)

@@ -91,7 +91,7 @@ def test_it_runs_traced_on_cpu_with_the_eager_answers(trio, which) -> None:
     encoder = trio[which]
     waves = voice_and_hiss() + [np.zeros(8000, np.float32)]
     traced = encoder.encode(waves)
-    assert isinstance(encoder.steps.built.speech, TracedStep)
+    assert isinstance(encoder.steps.built.frames, TracedStep) and isinstance(encoder.steps.built.head, TracedStep)
     [eager] = eager_encode(encoder, waves)
     np.testing.assert_array_equal(traced.codes, eager.codes)
     np.testing.assert_allclose(traced.floats, eager.floats, atol=1e-6)

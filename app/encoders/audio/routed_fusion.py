@@ -44,11 +44,13 @@ from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state
 from app.encoders.side_thread import run_beside, spare_core
 from app.encoders.audio.speech_views import PREFIX as VIEWS_PREFIX, SpeechViews, views_from_config
 from app.encoders.traced import CpuTraces, Step, trace_step
+from app.features.pretrained import ort_convs
 
 FAMILY = "routed-fusion"
 BRANCHES = ("speech", "sounds")
 ENCODE_CHUNK = 64
 SIDE_THREAD_MAX_WINDOWS = 2  # batches up to this size run their two halves on two threads, if no other request is in flight
+FRONTEND_ON_BOTH_CORES = True  # such a batch's speech_embedding front-end on two onnxruntime threads (embed_batch)
 
 
 class Router(torch.nn.Module):
@@ -118,18 +120,29 @@ class SoundsStep(torch.nn.Module):
         return sounds, sounds_code, self.router(stats[:, 0]), z
 
 
-class SpeechStep(torch.nn.Module):
-    """(B, window) speech-rate waveforms -> (speech float, code values, front-end frames averaged over time).
+class SpeechFrames(torch.nn.Module):
+    """(B, window) speech-rate waveforms -> (B, frames, n) the speech branch's feature frames: the half's
+    front-end, a step of its own so that a lone query's pretrained front-end can take both cores first."""
+
+    def __init__(self, features: torch.nn.Module) -> None:
+        super().__init__()
+        self.features = features
+
+    def forward(self, waves: torch.Tensor) -> torch.Tensor:
+        return self.features(waves)
+
+
+class SpeechHead(torch.nn.Module):
+    """Feature frames -> (speech float, code values, the frames averaged over time).
 
     The averaged frames feed the speech views' front-end view (version 7); without it that output is empty,
     so the step costs what the branch alone costs."""
 
-    def __init__(self, features: torch.nn.Module, net: torch.nn.Module, keep_frames: bool) -> None:
+    def __init__(self, net: torch.nn.Module, keep_frames: bool) -> None:
         super().__init__()
-        self.features, self.net, self.keep_frames = features, net, keep_frames
+        self.net, self.keep_frames = net, keep_frames
 
-    def forward(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        frames = self.features(waves)
+    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         values, codes = self.net.embed(frames)
         return values, codes, frames.mean(dim=1) if self.keep_frames else frames.new_zeros(0)
 
@@ -150,10 +163,11 @@ class JoinStep(torch.nn.Module):
 
 
 class Steps(NamedTuple):
-    """The encoder's tensor work in three modules: the two independent halves and their join."""
+    """The encoder's tensor work in four modules: the sounds half, the speech half's frames and head, the join."""
 
     sounds: Step
-    speech: Step
+    frames: Step
+    head: Step
     join: Step
 
 
@@ -169,8 +183,14 @@ class RoutedFusionEncoder(Encoder):
         self.dim = speech.dim + (views.extra_dim if views is not None else 0) + sounds.dim
         self.bits = speech.bits + sounds.bits  # the views' bits ride in the sounds half (fuse)
         self.keeps_frames = views is not None and views.frontend_bits > 0
+        # speech_embedding's convolutions through onnxruntime: most of a lone query's time, and they split
+        # over two cores with the same numbers (ort_convs.intra_op_threads); see embed_batch
+        frontend = getattr(speech.features, "frontend", None)
+        self.frontend_splits = getattr(speech.features, "kind", None) == "speech-embedding" and bool(
+            getattr(frontend, "onnx_on_cpu", False))
         self.steps = CpuTraces(Steps(SoundsStep(sounds, self.router, self.views).eval(),
-                                     SpeechStep(speech.features, speech.net, self.keeps_frames).eval(),
+                                     SpeechFrames(speech.features).eval(),
+                                     SpeechHead(speech.net, self.keeps_frames).eval(),
                                      JoinStep(self.views).eval()),
                                self._trace_steps)
 
@@ -187,13 +207,17 @@ class RoutedFusionEncoder(Encoder):
     def _trace_steps(self) -> Steps:
         """The steps traced, so on CPU they run without the GIL (app/encoders/traced.py)."""
         batches = example_windows(self.window)  # the first is traced, the others check it
+        if self.frontend_splits:
+            ort_convs.prepare((1, 2))  # the front-end's sessions for a query and a lone query's two cores
         eager = self.steps.eager
         audio = [torch.from_numpy(b) for b in batches]
         speech_waves = [self._speech_waves(b) for b in batches]
         with torch.no_grad():
-            halves = [(*eager.speech(w), *eager.sounds(a)) for a, w in zip(audio, speech_waves)]
+            frames = [eager.frames(w) for w in speech_waves]
+            halves = [(*eager.head(f), *eager.sounds(a)) for a, f in zip(audio, frames)]
         return Steps(trace_step(eager.sounds, audio[0], audio[1:], f"{self.name} sounds half"),
-                     trace_step(eager.speech, speech_waves[0], speech_waves[1:], f"{self.name} speech half"),
+                     trace_step(eager.frames, speech_waves[0], speech_waves[1:], f"{self.name} speech frames"),
+                     trace_step(eager.head, frames[0], frames[1:], f"{self.name} speech head"),
                      trace_step(eager.join, halves[0], halves[1:], f"{self.name} join"))
 
     def _speech_waves(self, waves: np.ndarray) -> torch.Tensor:
@@ -216,19 +240,29 @@ class RoutedFusionEncoder(Encoder):
             with torch.inference_mode():
                 return steps.sounds(torch.from_numpy(waves).to(self.device))
 
-        def speech_half() -> tuple[torch.Tensor, ...]:
+        def speech_frames() -> torch.Tensor:
             with torch.inference_mode():
-                return steps.speech(self._speech_waves(waves).to(self.device))
+                return steps.frames(self._speech_waves(waves).to(self.device))
+
+        def speech_head(frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            with torch.inference_mode():
+                return steps.head(frames)
 
         # the halves are independent: a query's one or two windows run them on two cores at once
         # (app/encoders/side_thread.py); bigger batches keep the cores busy one half after the other.
         # The longer speech half stays on this thread, so neither the side thread's wake-up nor the
-        # wait for its result lies on the query's critical path.
+        # wait for its result lies on the query's critical path. A pretrained speech front-end is most of
+        # that half and splits itself: it takes both cores first, then the sounds half runs beside the head.
         if self.device == "cpu" and len(waves) <= SIDE_THREAD_MAX_WINDOWS and spare_core():
-            speech, sounds = run_beside(speech_half, sounds_half)
+            if self.frontend_splits and FRONTEND_ON_BOTH_CORES:
+                with ort_convs.intra_op_threads(2):
+                    frames = speech_frames()
+                speech, sounds = run_beside(lambda: speech_head(frames), sounds_half)
+            else:
+                speech, sounds = run_beside(lambda: speech_head(speech_frames()), sounds_half)
         else:
             sounds = sounds_half()
-            speech = speech_half()
+            speech = speech_head(speech_frames())
         with torch.inference_mode():
             floats, codes = steps.join(*speech, *sounds)
         return floats, codes, sounds[2]

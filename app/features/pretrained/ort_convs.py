@@ -16,13 +16,20 @@ Precision: ``float32`` (the default) or ``int8``, the same stack with 8-bit inte
 (app/features/pretrained/quantise.py: ~2x faster, answers a little different, opt-in by issue 35's rule).
 The service sets it at start from ``encoders.audio_frontend_precision``; the op reads it on every call,
 so traced encoders follow it too.
+
+Two changes of speed only, each the same frames bit for bit (tests/features/test_ort_blocked.py): the
+session runs onnxruntime's optimised graph with its Clips kept on blocked tensors (ort_blocked.py), and
+:func:`intra_op_threads` lets a caller run the stack on two onnxruntime threads (a lone query, whose
+front-end is most of its time, routed_fusion.py) while torch's own count stays one.
 """
 
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -32,6 +39,8 @@ GRAPH_INT8 = "embedding_convs_int8.onnx"  # written by python -m app.features.pr
 PRECISIONS = ("float32", "int8")
 _lock = threading.Lock()
 _precision = "float32"
+_blocked = True
+_local = threading.local()  # intra_op_threads' setting, per calling thread
 
 
 def set_precision(precision: str) -> None:
@@ -64,21 +73,62 @@ def available() -> bool:
 
 
 @lru_cache(maxsize=None)
-def _session(threads: int, precision: str):
+def _session(threads: int, precision: str, blocked: bool = True):
+    """The session for a thread budget and precision; ``blocked``: with the Clips on blocked tensors
+    (app/features/pretrained/ort_blocked.py: the same numbers, ~8% faster), where that edit is exact."""
     import onnxruntime
 
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3  # the int8 graph's unused constants are a warning per session, not news
-    return onnxruntime.InferenceSession(str(graph_path(precision)), options, providers=["CPUExecutionProvider"])
+    from app.features.pretrained.ort_blocked import blocked_session
+
+    def options() -> onnxruntime.SessionOptions:
+        made = onnxruntime.SessionOptions()
+        made.intra_op_num_threads = threads
+        made.inter_op_num_threads = 1
+        made.log_severity_level = 3  # the int8 graph's unused constants are a warning per session, not news
+        if threads > 1:  # the pool's threads spin within a run, not after it: the next work on that core is ours
+            made.add_session_config_entry("session.force_spinning_stop", "1")
+        return made
+
+    path = graph_path(precision)
+    plain = onnxruntime.InferenceSession(str(path), options(), providers=["CPUExecutionProvider"])
+    return (blocked and blocked_session(path, options, plain)) or plain
+
+
+def set_blocked(on: bool) -> None:
+    """Whether the op runs the graph with its Clips on blocked tensors (the default) or onnxruntime's own
+    graph: the same numbers either way; the switch is for same-run A/B timing (bench.audio.window_cost)."""
+    global _blocked
+    _blocked = on
+
+
+def prepare(thread_counts: tuple[int, ...]) -> None:
+    """Build the sessions for these thread counts now (each ~0.3 s: the optimised graph, its edit and its
+    check), so that a service pays at start, not in its first queries (a query runs on one thread, a lone
+    query's front-end on two)."""
+    for threads in thread_counts:
+        with _lock:
+            _session(threads, _precision, _blocked)
+
+
+@contextmanager
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """The op's onnxruntime threads on the calling thread while the block runs, instead of torch's count: a
+    lone query's front-end on both cores (app/encoders/audio/routed_fusion.py). onnxruntime splits each
+    convolution's output between its threads, so the frames are the same bit for bit (tests/features)."""
+    before = getattr(_local, "threads", None)
+    _local.threads = threads
+    try:
+        yield
+    finally:
+        _local.threads = before
 
 
 @torch.library.custom_op("recall::speech_embedding_convs", mutates_args=())
 def speech_embedding_convs(mel: torch.Tensor) -> torch.Tensor:
     """(B, frames >= 76, 32) float32 CPU mel -> (B, 1 + (frames - 76) // 8, 96)."""
+    threads = getattr(_local, "threads", None) or max(1, torch.get_num_threads())
     with _lock:  # one session per thread budget, built once
-        session = _session(max(1, torch.get_num_threads()), _precision)
+        session = _session(threads, _precision, _blocked)
     out = session.run(None, {"mel": np.ascontiguousarray(mel.detach().numpy(), dtype=np.float32)})[0]
     return torch.from_numpy(out)
 
