@@ -172,3 +172,13 @@ def test_an_edit_that_is_not_exact_keeps_onnxruntimes_graph(monkeypatch, caplog)
 def test_varints_round_trip(value: int) -> None:
     encoded = ort_blocked._encode_varint(value)
     assert ort_blocked._varint(encoded + b"\x00", 0) == (value, len(encoded))
+
+
+def test_a_thread_budget_that_changes_the_frames_falls_back_to_one_thread(monkeypatch, caplog) -> None:
+    """The two-thread session is checked against the one-thread one when it is built; where they differ,
+    the op answers with one thread, so a lone query's codes never depend on the cores it got."""
+    one = ort_convs._session(1, "float32", True)
+    monkeypatch.setattr(ort_blocked, "differs", lambda *args, **kwargs: "differs (made to, for the test)")
+    with caplog.at_level(logging.WARNING, logger=ort_convs.__name__):
+        assert ort_convs._session.__wrapped__(2, "float32", True) is one
+    assert "keeping one thread" in caplog.text

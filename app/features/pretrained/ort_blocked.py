@@ -191,6 +191,15 @@ def check_inputs(n_mels: int = 32) -> list[np.ndarray]:
             for batch, frames in ((1, 137), (2, 137), (3, 76), (1, 201))]
 
 
+def differs(session: Any, reference: Any, input_name: str = "mel") -> str:
+    """Why ``session`` does not answer bit for bit as ``reference`` on :func:`check_inputs`, or "" where it does."""
+    for mel in check_inputs():
+        feed = {input_name: mel}
+        if not np.array_equal(session.run(None, feed)[0], reference.run(None, feed)[0]):
+            return f"differs from the reference on a batch of {mel.shape}"
+    return ""
+
+
 def blocked_session(path: Path, make_options: Callable[[], Any], reference: Any, input_name: str = "mel") -> Any | None:
     """A session of ``path`` whose Clips run on blocked tensors, or None where there is nothing to move or
     the edited graph does not answer exactly as ``reference`` (a session of ``path`` at the default level)."""
@@ -204,10 +213,8 @@ def blocked_session(path: Path, make_options: Callable[[], Any], reference: Any,
         options = make_options()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL  # optimised already
         session = onnxruntime.InferenceSession(_with_nodes(model, nodes), options, providers=["CPUExecutionProvider"])
-        for mel in check_inputs():
-            feed = {input_name: mel}
-            if not np.array_equal(session.run(None, feed)[0], reference.run(None, feed)[0]):
-                raise ValueError(f"the edited graph differs from onnxruntime's on a batch of {mel.shape}")
+        if problem := differs(session, reference, input_name):
+            raise ValueError(f"the edited graph {problem}")
     except Exception as exc:  # noqa: BLE001 - any failure keeps the optimiser's own graph, which is always right
         log.warning("%s: keeping onnxruntime's graph, the blocked Clips were not exact: %s", path.name, exc)
         return None
