@@ -103,7 +103,8 @@ def test_speech_frontend_trains_the_head_then_swaps_it_in_one_command(
         general_audio.main([*argv, "--speech-from", str(out / "speech")])
 
 
-def test_speech_frontend_leaves_one_corpus_out_of_the_head(data: Path, tmp_path: Path) -> None:
+def test_speech_frontend_leaves_one_corpus_out_of_the_head(data: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """--without with --speech-frontend: the head's data lacks that corpus (the front-end is fixed)."""
     import argparse
 
@@ -121,6 +122,20 @@ def test_speech_frontend_leaves_one_corpus_out_of_the_head(data: Path, tmp_path:
     assert without_asc[:2] == ["--manifest", str(tmp_path / "fsdd-train.csv")] and not any("asc" in a for a in without_asc)
     # the commercial recipe's leave-one-corpus-out runs leave ESC-50 out as well: the head is the same
     assert argv("fsdd,esc") == without_fsdd and argv("asc,esc") == without_asc
+    # --head-synthetic: espeak-ng manifests join as training-only extra data, whichever corpora are left out
+    args = argparse.Namespace(without="fsdd,esc", speech_frontend="speech-embedding:0.4", bank_copies=4, speech_epochs=30,
+                              speech_steps=100, speech_patience=6, seed=0, threads=1, device="cpu", head_synthetic="none")
+    synth = [tmp_path / "pseudo.csv", tmp_path / "en.csv"]
+    with_synth = speech_swap.frontend_speech_argv(data, tmp_path / "fsdd-train.csv", tmp_path / "out", args, synth)
+    assert [with_synth[i + 1] for i, a in enumerate(with_synth) if a == "--extra-manifest"] == [str(p) for p in synth]
+    assert speech_swap.head_synthetic(tmp_path, args) == []  # none: nothing synthesised
+    from app.training.general_audio import data as recipe_data
+
+    made = {"pseudo": tmp_path / "p.csv", "synth-en": tmp_path / "e.csv", "digits": tmp_path / "d.csv"}
+    monkeypatch.setattr(recipe_data, "synthesise", lambda work, a: made)
+    for choice, parts in (("words", ["pseudo", "synth-en"]), ("all", ["pseudo", "synth-en", "digits"])):
+        args.head_synthetic = choice
+        assert speech_swap.head_synthetic(tmp_path, args) == [made[part] for part in parts]
     with pytest.raises(SystemExit, match="cannot leave both out"):
         argv("asc,fsdd")
     # leaving ESC-50 out is refused only where it belongs: swapping into a sounds branch and router that heard it

@@ -24,6 +24,9 @@ FSDD_HOLDOUT_WORDS = ("2", "5", "7", "9")
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 ESC_HOLDOUT_CLASSES = ("chirping_birds", "clapping", "dog", "engine", "hen", "keyboard_typing", "rain", "siren")
 CORPORA = ("asc", "fsdd", "esc")
+# --head-synthetic: which of synthesise()'s manifests the speech head on the frozen front-end also trains on
+HEAD_SYNTHETIC_PARTS = {"none": (), "words": ("pseudo", "synth-en"), "all": ("pseudo", "synth-en", "digits")}
+HEAD_SYNTHETIC = tuple(HEAD_SYNTHETIC_PARTS)
 SPEECH_RATE = 8000
 
 

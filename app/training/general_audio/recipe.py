@@ -42,7 +42,7 @@ import numpy as np
 # the held-out parts are read from here by the bench and the post-hoc steps (``recipe.ASC_HOLDOUT_SPEAKERS``)
 from app.training.general_audio.data import (
     ASC_HOLDOUT_SPEAKERS, ASC_HOLDOUT_WORDS, CORPORA, ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS,
-    FSDD_HOLDOUT_WORDS, SPEECH_RATE, synthesise, training_manifests, without_corpora,
+    FSDD_HOLDOUT_WORDS, HEAD_SYNTHETIC, SPEECH_RATE, synthesise, training_manifests, without_corpora,
 )
 
 from app.training.general_audio.router_data import HOP_S, SERVICE_RATE, WINDOW_S, generated_negatives, router_data, sample_waves
@@ -221,6 +221,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "--frontend-bits, fit the front-end view: general-audio-commercial version 2 in one command")
     p.add_argument("--bank-copies", type=int, default=4,
                    help="with --speech-frontend: augmented windows per training clip whose front-end frames are computed once")
+    p.add_argument("--head-synthetic", choices=HEAD_SYNTHETIC, default="none",
+                   help="with --speech-frontend: espeak-ng speech the head also trains on: none (version 6's head), "
+                        "words (made-up words in 30 languages and English everyday words, many voices each) or all "
+                        "(also English digits in --digit-voices voices; 2 5 7 9 never synthesised)")
     p.add_argument("--views-from", metavar="CHECKPOINT_DIR",
                    help="train nothing: take this routed-fusion checkpoint's branches and router and add the "
                         "training-free speech views (--whiten-eps, --mfcc-bits) fitted on training-side windows")

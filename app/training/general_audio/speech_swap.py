@@ -40,9 +40,11 @@ def new_speech_holdout(speech: dict[str, Any], source: dict[str, Any]) -> dict[s
 FINISHED = "FINISHED"
 
 
-def frontend_speech_argv(data: Path, fsdd_manifest: Path, out: Path, args: argparse.Namespace) -> list[str]:
+def frontend_speech_argv(data: Path, fsdd_manifest: Path, out: Path, args: argparse.Namespace,
+                         synthetic: list[Path] | tuple[Path, ...] = ()) -> list[str]:
     """``recall train audio``'s arguments for version 6's speech head: paper 004's head on a frozen pretrained
-    front-end, on every ASC speaker but the held-out ones and FSDD's training speakers and digits."""
+    front-end, on every ASC speaker but the held-out ones and FSDD's training speakers and digits, and
+    ``synthetic`` espeak-ng manifests as training-only extra data (``--head-synthetic``)."""
     import csv
 
     from app.training.general_audio.data import ASC_HOLDOUT_SPEAKERS
@@ -60,11 +62,23 @@ def frontend_speech_argv(data: Path, fsdd_manifest: Path, out: Path, args: argpa
         data_args = ["--manifest", str(data / "asc" / "asc.csv"), "--holdout", ",".join(held)]
         if "fsdd" not in skipped:
             data_args += ["--extra-manifest", str(fsdd_manifest)]
+    data_args += [arg for path in synthetic for arg in ("--extra-manifest", str(path))]
     return [*data_args, "--model", "attn-hash",
             "--frontend", args.speech_frontend, "--bank-copies", str(args.bank_copies), "--bits", "256", "--hidden", "128",
             "--epochs", str(args.speech_epochs), "--steps",
             str(args.speech_steps), "--patience", str(args.speech_patience), "--batch-size", "64", "--seed", str(args.seed),
             "--threads", str(args.threads), "--device", args.device, "--out", str(out), "--name", "speech-pretrained"]
+
+
+def head_synthetic(work: Path, args: argparse.Namespace) -> list[Path]:
+    """The espeak-ng manifests ``--head-synthetic`` adds to the head's training (made once under ``work``)."""
+    from app.training.general_audio.data import HEAD_SYNTHETIC_PARTS, synthesise
+
+    parts = HEAD_SYNTHETIC_PARTS[getattr(args, "head_synthetic", "none")]
+    if not parts:
+        return []
+    made = synthesise(work, args)
+    return [made[part] for part in parts]
 
 
 def train_frontend_speech(data: Path, work: Path, args: argparse.Namespace) -> Path:
@@ -76,7 +90,7 @@ def train_frontend_speech(data: Path, work: Path, args: argparse.Namespace) -> P
     if (out / FINISHED).is_file() and not args.retrain:
         return out
     fsdd = training_manifests(data, work, None)["fsdd"]
-    argv = frontend_speech_argv(data, fsdd, out, args)
+    argv = frontend_speech_argv(data, fsdd, out, args, head_synthetic(work, args))
     if (out / "train_state.pt").is_file():
         argv.append("--resume")  # a stopped run goes on from its last finished epoch
     if audio_main(argv) != 0:
