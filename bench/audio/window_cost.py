@@ -12,8 +12,10 @@ noise (sounds half); general-audio version 3's speech views run on every window 
 ``NAME:before`` is encoder NAME run as the code before the speed round of issues 35/37 (the same answers bit for
 bit, tests/features/test_ort_blocked.py): onnxruntime's own graph of the speech front-end (its Clips not kept on
 blocked tensors, app/features/pretrained/ort_blocked.py) and a lone query's halves side by side, the front-end on
-one thread (app/encoders/audio/routed_fusion.py), so old and new code take turns in one run. ``stages_ms`` times the
-default's traced steps alone, one after the other on one thread: where a query's milliseconds go.
+one thread (app/encoders/audio/routed_fusion.py), so old and new code take turns in one run. ``NAME:one_core`` and
+``NAME:both_cores`` fix a lone query's schedule (the blocked graph either way) where NAME alone chooses the faster
+lately (app/encoders/faster_of_two.py). ``stages_ms`` times the default's traced steps alone, one after the other
+on one thread: where a query's milliseconds go.
 """
 
 from __future__ import annotations
@@ -41,22 +43,27 @@ def windows(n: int, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-class Before:
-    """``encoder`` with the speed round's two switches off while it encodes (see the module docstring)."""
+VARIANTS = ("before", "one_core", "both_cores")
 
-    def __init__(self, encoder) -> None:
+
+class Variant:
+    """``encoder`` with the speed round's switches set while it encodes (see the module docstring)."""
+
+    def __init__(self, encoder, variant: str) -> None:
         self.encoder, self.version, self.dim, self.bits = encoder, encoder.version, encoder.dim, encoder.bits
+        self.schedule = "one_core" if variant == "before" else variant
+        self.blocked = variant != "before"
 
     def encode(self, inputs):
         from app.encoders.audio import routed_fusion
         from app.features.pretrained import ort_convs
 
-        routed_fusion.FRONTEND_ON_BOTH_CORES = False
-        ort_convs.set_blocked(False)
+        routed_fusion.LONE_QUERY_FRONTEND = self.schedule
+        ort_convs.set_blocked(self.blocked)
         try:
             return self.encoder.encode(inputs)
         finally:
-            routed_fusion.FRONTEND_ON_BOTH_CORES = True
+            routed_fusion.LONE_QUERY_FRONTEND = "choose"
             ort_convs.set_blocked(True)
 
 
@@ -137,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     from app.encoders.registry import create_encoder, discover
 
     parser = argparse.ArgumentParser(prog="python -m bench.audio.window_cost")
-    parser.add_argument("--encoders", default="general-audio-commercial,general-audio-commercial:before,general-audio")
+    parser.add_argument("--encoders", default="general-audio-commercial,general-audio-commercial:before,"
+                        "general-audio-commercial:one_core,general-audio-commercial:both_cores,general-audio")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=150, help="query-median rounds (two windows each)")
     parser.add_argument("--out", default="bench/results/audio_window_cost.json")
@@ -150,11 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     encoders = {}
     for name in args.encoders.split(","):
         base, _, variant = name.partition(":")
-        if variant not in ("", "before"):
-            parser.error(f"{name}: the only variant is NAME:before")
+        if variant and variant not in VARIANTS:
+            parser.error(f"{name}: the variants are NAME:{', NAME:'.join(VARIANTS)}")
         if base not in loaded:
             loaded[base] = create_encoder(base, specs)
-        encoders[name] = Before(loaded[base]) if variant else loaded[base]
+        encoders[name] = Variant(loaded[base], variant) if variant else loaded[base]
     served = routed_fusion.SIDE_THREAD_MAX_WINDOWS
     single = {}
     # "one thread": everything on the calling thread; "as served": a query's window runs the speech and

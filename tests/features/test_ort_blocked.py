@@ -89,7 +89,7 @@ def test_the_default_encoder_answers_bit_for_bit_as_before(monkeypatch) -> None:
     try:
         for new in (False, True):
             ort_convs.set_blocked(new)
-            monkeypatch.setattr(routed_fusion, "FRONTEND_ON_BOTH_CORES", new)
+            monkeypatch.setattr(routed_fusion, "LONE_QUERY_FRONTEND", "both_cores" if new else "one_core")
             answers[new] = [encoder.encode([w]) for w in windows] + [encoder.encode(windows[:2]), encoder.encode(windows)]
     finally:
         ort_convs.set_blocked(True)
