@@ -257,7 +257,8 @@ class RoutedFusionEncoder(Encoder):
         # (app/encoders/side_thread.py); bigger batches keep the cores busy one half after the other.
         # The longer speech half stays on this thread, so neither the side thread's wake-up nor the
         # wait for its result lies on the query's critical path. A pretrained speech front-end is most of
-        # that half and splits itself: it takes both cores first, then the sounds half runs beside the head.
+        # that half and splits itself: it can take both cores first, the sounds half then running beside the
+        # head, which wins while no other process holds the second core (the faster lately runs, same answers).
         if self.device == "cpu" and len(waves) <= SIDE_THREAD_MAX_WINDOWS and spare_core():
             schedule = LONE_QUERY_FRONTEND if self.frontend_splits else "one_core"
             chosen = self.lone_schedules.timed() if schedule == "choose" else nullcontext(int(schedule == "both_cores"))
