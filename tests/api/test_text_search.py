@@ -84,3 +84,29 @@ def test_rerank_scores_are_the_heads_on_each_results_stored_vector(client) -> No
     finally:
         catalog.close()
     np.testing.assert_allclose([r["rerank_score"] for r in results], encoder.rerank(text, stored), rtol=0, atol=1e-6)
+
+
+def test_a_reranked_search_answers_as_the_rerank_batcher_did(client) -> None:
+    """Issue 35 moved the head onto the search's own worker thread (app/usecases/query.py ``_reranked``);
+    the answers must be those of the way before, stage 1 then the rerank batcher, score for score."""
+    from app.search.pipeline import Query, SearchOptions, search
+
+    services = client.app_state["services"]
+    state = services.state("scenes")
+    key = state.collection.encoder_key
+    for shape, colour in OBJECTS[:3]:
+        text = f"a small {colour} {shape} on grey"
+        response = client.post("/v1/collections/scenes/search", json={"text": text, "k": 4})
+        assert response.status_code == 200, response.text
+        got = [(r["id"], r["rerank_score"], r["stage1_score"]) for r in response.json()["results"]]
+
+        async def batcher_way(text=text):
+            emb = await services.encoders.encode_text(key, [text])
+            query = Query(floats=emb.floats, codes=emb.codes, text=text)
+            hits = await search(services.catalog, state.collection, state.index, state.scans, query,
+                                SearchOptions(k=100, oversample=services.settings.index.oversample))
+            scores = await services.encoders.rerank(key, text, np.stack([h.vector for h in hits]))
+            ranked = sorted(zip(hits, scores.tolist()), key=lambda p: (-p[1], p[0].item_id))[:4]
+            return [(h.item_id, s, 1.0 - h.distance) for h, s in ranked]
+
+        assert got == client.portal.call(batcher_way)
