@@ -133,7 +133,8 @@ def test_speech_frontend_leaves_one_corpus_out_of_the_head(data: Path, tmp_path:
 
     made = {"pseudo": tmp_path / "p.csv", "synth-en": tmp_path / "e.csv", "digits": tmp_path / "d.csv"}
     monkeypatch.setattr(recipe_data, "synthesise", lambda work, a: made)
-    for choice, parts in (("words", ["pseudo", "synth-en"]), ("all", ["pseudo", "synth-en", "digits"])):
+    for choice, parts in (("words", ["pseudo", "synth-en"]), ("all", ["pseudo", "synth-en", "digits"]),
+                          ("made-up", ["pseudo"]), ("english", ["synth-en"])):
         args.head_synthetic = choice
         assert speech_swap.head_synthetic(tmp_path, args) == [made[part] for part in parts]
     with pytest.raises(SystemExit, match="cannot leave both out"):

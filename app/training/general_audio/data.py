@@ -25,7 +25,8 @@ DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "e
 ESC_HOLDOUT_CLASSES = ("chirping_birds", "clapping", "dog", "engine", "hen", "keyboard_typing", "rain", "siren")
 CORPORA = ("asc", "fsdd", "esc")
 # --head-synthetic: which of synthesise()'s manifests the speech head on the frozen front-end also trains on
-HEAD_SYNTHETIC_PARTS = {"none": (), "words": ("pseudo", "synth-en"), "all": ("pseudo", "synth-en", "digits")}
+HEAD_SYNTHETIC_PARTS = {"none": (), "words": ("pseudo", "synth-en"), "all": ("pseudo", "synth-en", "digits"),
+                        "made-up": ("pseudo",), "english": ("synth-en",)}
 HEAD_SYNTHETIC = tuple(HEAD_SYNTHETIC_PARTS)
 SPEECH_RATE = 8000
 

@@ -223,8 +223,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="with --speech-frontend: augmented windows per training clip whose front-end frames are computed once")
     p.add_argument("--head-synthetic", choices=HEAD_SYNTHETIC, default="none",
                    help="with --speech-frontend: espeak-ng speech the head also trains on: none (version 6's head), "
-                        "words (made-up words in 30 languages and English everyday words, many voices each) or all "
-                        "(also English digits in --digit-voices voices; 2 5 7 9 never synthesised)")
+                        "made-up (made-up words in 30 languages), english (English everyday words), words (both, many "
+                        "voices each) or all (also English digits in --digit-voices voices; 2 5 7 9 never synthesised)")
     p.add_argument("--views-from", metavar="CHECKPOINT_DIR",
                    help="train nothing: take this routed-fusion checkpoint's branches and router and add the "
                         "training-free speech views (--whiten-eps, --mfcc-bits) fitted on training-side windows")
