@@ -37,6 +37,8 @@ def test_the_optimised_graph_has_clips_to_move_and_the_session_moves_them() -> N
     """On this onnxruntime the optimiser leaves each Clip between a reorder pair; the op's session is the edited one."""
     plain, blocked = plain_and_blocked()
     nodes = ort_blocked._graph_nodes(ort_blocked.optimised_graph(ort_convs.graph_path("float32"), lambda: _options()))
+    if not any(node.domain == NCHWC for node in nodes):
+        pytest.skip("onnxruntime has no blocked layout on this CPU (x86 with AVX2 or AVX-512 only): nothing to move")
     edited, moved = clips_kept_blocked(nodes)
     assert moved == sum(node.op == "Clip" for node in nodes) == 19  # every convolution's floor but the last one's
     assert sum(node.op.startswith("Reorder") for node in edited) == 1  # only the final NCHWc -> NCHW remains
