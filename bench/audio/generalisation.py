@@ -39,7 +39,7 @@ from bench.audio.sets import (  # noqa: F401 (re-exported: the sets and scoring 
     qbe_map, score, windowed,
 )
 
-TRAINED = ("general-audio-commercial", "general-audio-commercial@1", "general-audio", "general-audio-broad", "general-audio@5", "speech-attn-hash", "sounds-texture")
+TRAINED = ("general-audio-commercial", "general-audio-commercial@1", "general-audio-commercial-voices", "general-audio", "general-audio-broad", "general-audio@5", "speech-attn-hash", "sounds-texture")
 
 
 def spoken_term_localisation(data: Path, encoders: dict[str, Encoder]) -> dict[str, Any]:

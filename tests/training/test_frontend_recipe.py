@@ -85,7 +85,8 @@ def test_one_command_equals_the_four_step_chain_and_says_what_the_shipped_defaul
     same = [line for line in shipped_card if line.startswith(("| speech front-end", "| sounds branch", "| router", "No part"))]
     assert len(same) == 4 and all(line in card.splitlines() for line in same)  # the shipped card's rows, word for word
     assert "is the checkpoint above plus training-free speech views" in card
-    # every intermediate checkpoint went under --work
+    # every intermediate checkpoint went under --work, and none of its resumable steps' markers came along
+    assert not [p for p in out.rglob("*") if p.name in ("FINISHED", "STEP_FINISHED", "train_state.pt")]
     assert {p.name for p in work.iterdir()} >= {"speech-frontend", "sounds-and-router", "without-views"}
 
     emb = load_checkpoint_dir(out).encode(voice_and_hiss())

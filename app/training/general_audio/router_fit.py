@@ -111,10 +111,11 @@ def fit_router(speech_stats: np.ndarray, other_stats: np.ndarray, c: float = 0.1
 
 
 def copy_branch(source: str | Path, target: Path) -> None:
-    """A branch checkpoint copied into a fused checkpoint's sub-directory (its training state left behind)."""
+    """A branch checkpoint copied into a fused checkpoint's sub-directory (its training state left behind, and the
+    markers a resumable recipe leaves in its work folder: speech_swap.FINISHED, frontend_recipe.DONE)."""
     if Path(source).resolve() != target.resolve():
         shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(source, target, ignore=shutil.ignore_patterns("train_state.pt"))
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("train_state.pt", "FINISHED", "STEP_FINISHED"))
 
 
 def assemble(out: str | Path, speech_dir: str | Path, sounds_dir: str | Path, router: Router, config: dict[str, Any],
