@@ -119,20 +119,12 @@ async def _decode_query(services: Services, modality: str, upload: Upload, sampl
     return await decode_media(services.settings.limits, modality, upload, sample_rate=sample_rate, query=True)
 
 
-_searching = 0  # searches this process is serving (counted on the event loop: no lock)
-
-
 async def run_search(
     services: Services, name: str, params: SearchParams, upload: Upload | None, announcement: Announcement | None = None,
 ) -> dict[str, Any]:
-    global _searching
-    _searching += 1
-    try:
-        # a lone search may run its model's independent halves on both cores (app/encoders/side_thread.py)
-        with in_flight():
-            return await _run_search(services, name, params, upload, announcement)
-    finally:
-        _searching -= 1
+    # a lone search may run its model's independent halves on both cores (app/encoders/side_thread.py)
+    with in_flight():
+        return await _run_search(services, name, params, upload, announcement)
 
 
 async def _run_search(
@@ -162,8 +154,8 @@ async def _run_search(
     t = time.perf_counter()
     searched_from = time.monotonic()  # cluster mode: shard calls inside this window are this search's
     rerank_scores = None
-    if rerank and _searching <= 1:
-        # a lone search's head runs on its own worker thread, right after the ranking, and reads the final
+    if rerank:
+        # the head runs on the search's own worker thread, right after the ranking, and reads the final
         # hits' catalog rows there too: one thread call for the whole query after its embedding
         encoder = await services.encoders.load(state.collection.encoder_key)
         assert query.text is not None
@@ -174,19 +166,6 @@ async def _run_search(
             return _reranked(services, state, encoder, text, found, params.k, timings)
 
         hits, rerank_scores = await search(services.catalog, state.collection, state.index, state.scans, query, options, then=rerank_here)
-    elif rerank:
-        # concurrent searches' heads take turns on the rerank batcher's thread, as before issue 35's fused path:
-        # each at once on its own search thread crowded the text encoder, the 16-client queue (~10% fewer q/s)
-        hits = await search(services.catalog, state.collection, state.index, state.scans, query, options)
-        timings["search_ms"] = (time.perf_counter() - t) * 1000
-        t = time.perf_counter()
-        hits, floats = _stage2_inputs(services, state, hits) if _vectors_in_memory(state, hits) \
-            else await asyncio.to_thread(_stage2_inputs, services, state, hits)
-        assert query.text is not None
-        if hits:
-            scores = await services.encoders.rerank(state.collection.encoder_key, query.text, floats)
-            hits, rerank_scores = _ordered(hits, scores, params.k)
-            timings["rerank_ms"] = (time.perf_counter() - t) * 1000
     else:
         # without re-ranking the hits are final: their catalog rows come in the search's own thread call
         hits = await search(services.catalog, state.collection, state.index, state.scans, query, options, with_items=True)
@@ -212,39 +191,23 @@ def _reranked(
 ) -> tuple[list[ItemHit], dict[str, float] | None]:
     """Stage 2 on the calling worker thread: the relevance head's order of the stage-1 hits (each with the
     vector the two-stage search read, or one gathered now), the top ``k`` with their catalog rows."""
-    started = time.perf_counter()
-    hits, floats = _stage2_inputs(services, state, hits)
     if not hits:
         return hits, None
-    hits, rerank_scores = _ordered(hits, services.encoders.rerank_here(encoder, text, floats), k)
-    timings["rerank_ms"] = (time.perf_counter() - started) * 1000
-    items = services.catalog.items_by_id(state.collection.name, [h.item_id for h in hits])
-    for hit in hits:
-        hit.item = items.get(hit.item_id, {})
-    return hits, rerank_scores
-
-
-def _vectors_in_memory(state: CollectionState, hits: list[ItemHit]) -> bool:
-    """Whether :func:`_stage2_inputs` reads nothing from disk or the catalog (then no thread hop is needed)."""
-    index = state.index.float
-    return all(h.vector is not None for h in hits) or (index is not None and not getattr(index, "MAPPED", False))
-
-
-def _stage2_inputs(services: Services, state: CollectionState, hits: list[ItemHit]) -> tuple[list[ItemHit], np.ndarray]:
-    """The hits still stored and their float vectors (each read by the two-stage search already, or gathered now)."""
-    if all(h.vector is not None for h in hits):
+    started = time.perf_counter()
+    if all(h.vector is not None for h in hits):  # read by the two-stage search already
         vectors = {h.item_id: h.vector for h in hits}
     else:
         vectors = _item_vectors(services, state, hits)
     hits = [h for h in hits if h.item_id in vectors]  # deleted since stage 1
     floats = np.stack([vectors[h.item_id] for h in hits]) if hits else np.zeros((0, state.collection.dim), np.float32)
-    return hits, floats
-
-
-def _ordered(hits: list[ItemHit], scores: np.ndarray, k: int) -> tuple[list[ItemHit], dict[str, float]]:
-    """The head's order (ties by item id), cut to ``k``, and every hit's score."""
+    scores = services.encoders.rerank_here(encoder, text, floats) if hits else []
     rerank_scores = {h.item_id: float(s) for h, s in zip(hits, scores)}
-    return sorted(hits, key=lambda h: (-rerank_scores[h.item_id], h.item_id))[:k], rerank_scores
+    hits = sorted(hits, key=lambda h: (-rerank_scores[h.item_id], h.item_id))[:k]
+    timings["rerank_ms"] = (time.perf_counter() - started) * 1000
+    items = services.catalog.items_by_id(state.collection.name, [h.item_id for h in hits])
+    for hit in hits:
+        hit.item = items.get(hit.item_id, {})
+    return hits, rerank_scores
 
 
 def _item_vectors(services: Services, state: CollectionState, hits: list[ItemHit]) -> dict[str, np.ndarray]:

@@ -110,20 +110,3 @@ def test_a_reranked_search_answers_as_the_rerank_batcher_did(client) -> None:
             return [(h.item_id, s, 1.0 - h.distance) for h, s in ranked]
 
         assert got == client.portal.call(batcher_way)
-
-
-def test_concurrent_searches_rerank_on_the_batcher_with_the_same_answers(client, monkeypatch) -> None:
-    """A lone search re-ranks on its own worker thread; while others are in flight the heads take turns on the
-    rerank batcher (app/usecases/query.py). Both ways must answer alike."""
-    from app.usecases import query
-
-    body = {"text": "a large green star", "k": 5}
-    lone = client.post("/v1/collections/scenes/search", json=body)
-    assert lone.status_code == 200, lone.text
-    services = client.app_state["services"]
-    monkeypatch.setattr(query, "_searching", 2)  # two other searches in flight
-    monkeypatch.setattr(services.encoders, "rerank_here", lambda *a: pytest.fail("a concurrent search took the lone path"))
-    busy = client.post("/v1/collections/scenes/search", json=body)
-    assert busy.status_code == 200, busy.text
-    assert busy.json()["results"] == lone.json()["results"]
-    assert query._searching == 2  # the request's own count is given back
