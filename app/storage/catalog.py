@@ -13,7 +13,6 @@ shared with the PostgreSQL catalog of cluster mode.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,7 @@ __all__ = ["Catalog", "Collection", "NewItem", "WriteResult"]
 
 
 class Catalog(SqlCatalog):
-    """Thread-safe access to the SQLite catalog: one connection and one lock for writes and most reads, and a
-    read-only connection per thread for a search's reads (:meth:`_read_rows`)."""
+    """Thread-safe access to the SQLite catalog (one connection, one lock)."""
 
     dialect = "sqlite"
 
@@ -38,35 +36,11 @@ class Catalog(SqlCatalog):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._reader = threading.local()  # this thread's read-only connection, opened on its first search read
-        self._readers: list[sqlite3.Connection] = []  # every thread's, closed with the catalog
-        self._readers_lock = threading.Lock()  # not the catalog's lock: a first read never waits for a write
         super().__init__()
 
     def close(self) -> None:
-        with self._lock, self._readers_lock:
+        with self._lock:
             self._db.close()
-            for reader in self._readers:
-                reader.close()
-
-    def _read_rows(self, sql: str, params: tuple | list = ()) -> list[Any]:
-        """A search's read on this thread's own connection, without the catalog's lock (issue 35): concurrent
-        searches queued on the one connection (at 16 clients most of a text search's 50 ms p50 in a scratch
-        run), and WAL lets readers run beside each other and beside a writer. A reader sees every committed
-        write; a thread inside its own write (holding the lock) reads through the writer's connection, which
-        also sees what it has not committed yet."""
-        if self._lock._is_owned():  # type: ignore[attr-defined]
-            return super()._read_rows(sql, params)
-        db = getattr(self._reader, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA query_only=ON")
-            with self._readers_lock:
-                self._readers.append(db)
-            self._reader.db = db
-        with disk_errors(self.path.parent):
-            return db.execute(sql, params).fetchall()
 
     def _execute(self, sql: str, params: tuple | list = ()) -> Any:
         with disk_errors(self.path.parent):
