@@ -16,7 +16,7 @@ import soundfile
 import soxr
 import torch
 
-from app.features.pretrained import ort_blocked, ort_convs
+from app.features.pretrained import onnx_wire, ort_blocked, ort_convs
 from app.features.pretrained.ort_blocked import NCHWC, Node, clips_kept_blocked
 
 DEMO = Path(__file__).resolve().parents[2] / "app" / "assets" / "demo"
@@ -172,8 +172,8 @@ def test_an_edit_that_is_not_exact_keeps_onnxruntimes_graph(monkeypatch, caplog)
 
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**21 + 5])
 def test_varints_round_trip(value: int) -> None:
-    encoded = ort_blocked._encode_varint(value)
-    assert ort_blocked._varint(encoded + b"\x00", 0) == (value, len(encoded))
+    encoded = onnx_wire.encode_varint(value)
+    assert onnx_wire.varint(encoded + b"\x00", 0) == (value, len(encoded))
 
 
 def test_a_thread_budget_that_changes_the_frames_falls_back_to_one_thread(monkeypatch, caplog) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.encoders.onnx_folder.manifest import FolderError, Manifest
+from app.features.pretrained.onnx_wire import LENGTH_DELIMITED, fields, string_field
 
 # onnxruntime's own operator domains (ONNX, ONNX-ML, its contrib ops and the training/preview ones)
 BUILT_IN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc", "ai.onnx.training",
@@ -68,55 +69,11 @@ def opset_domains(path: Path) -> list[str]:
     """The operator domains a model file imports (ModelProto.opset_import), read from the protobuf wire format
     so that no ``onnx`` package is needed at run time; [] for a file that is not a readable model (onnxruntime
     then says why)."""
-    data = path.read_bytes()
-    domains, at = [], 0
-    try:
-        while at < len(data):
-            key, at = _varint(data, at)
-            field, wire = key >> 3, key & 7
-            if wire == 0:
-                _, at = _varint(data, at)
-            elif wire == 1:
-                at += 8
-            elif wire == 5:
-                at += 4
-            elif wire == 2:
-                size, at = _varint(data, at)
-                if field == 8:  # OperatorSetIdProto: domain is its field 1 (absent: the ONNX domain "")
-                    domains.append(_string_field(data[at:at + size], 1))
-                at += size
-            else:
-                return []
-    except (IndexError, UnicodeDecodeError):
+    try:  # OperatorSetIdProto is ModelProto's field 8; its domain is field 1 (absent: the ONNX domain "")
+        return [string_field(payload, 1) for number, wire, _, payload in fields(path.read_bytes())
+                if number == 8 and wire == LENGTH_DELIMITED]
+    except (IndexError, ValueError):  # truncated, a wire type no model has, or not UTF-8
         return []
-    return domains
-
-
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-        shift += 7
-
-
-def _string_field(message: bytes, wanted: int) -> str:
-    at = 0
-    while at < len(message):
-        key, at = _varint(message, at)
-        if key & 7 == 2:
-            size, at = _varint(message, at)
-            if key >> 3 == wanted:
-                return message[at:at + size].decode("utf-8")
-            at += size
-        elif key & 7 == 0:
-            _, at = _varint(message, at)
-        else:
-            at += 8 if key & 7 == 1 else 4
-    return ""
 
 
 def first_line(text: str) -> str:

@@ -26,60 +26,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from app.features.pretrained.onnx_wire import fields, length_delimited
+
 log = logging.getLogger(__name__)
 
 NCHWC = "com.microsoft.nchwc"
 MODEL_GRAPH, GRAPH_NODE = 7, 1  # ModelProto.graph, GraphProto.node
 NODE_INPUT, NODE_OUTPUT, NODE_OP, NODE_DOMAIN = 1, 2, 4, 7  # NodeProto fields
-
-
-# -- protobuf wire format: just enough to edit a graph's node list ----------------------------------------
-
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, i
-        shift += 7
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _fields(data: bytes) -> list[tuple[int, bytes, bytes]]:
-    """(field number, the field's raw bytes, its payload if length-delimited else b"") of a message, in order."""
-    out, i = [], 0
-    while i < len(data):
-        start = i
-        key, i = _varint(data, i)
-        payload = b""
-        wire = key & 7
-        if wire == 0:
-            _, i = _varint(data, i)
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        elif wire == 2:
-            size, i = _varint(data, i)
-            payload, i = data[i:i + size], i + size
-        else:
-            raise ValueError(f"protobuf wire type {wire} is not read here")
-        out.append((key >> 3, data[start:i], payload))
-    return out
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
 
 
 @dataclass
@@ -95,7 +48,7 @@ class Node:
     @classmethod
     def parse(cls, data: bytes) -> "Node":
         node = cls("", "", [], [])
-        for number, raw, payload in _fields(data):
+        for number, _, raw, payload in fields(data):
             if number == NODE_INPUT:
                 node.inputs.append(payload.decode())
             elif number == NODE_OUTPUT:
@@ -109,26 +62,26 @@ class Node:
         return node
 
     def encode(self) -> bytes:
-        parts = [_field(NODE_INPUT, name.encode()) for name in self.inputs]
-        parts += [_field(NODE_OUTPUT, name.encode()) for name in self.outputs]
-        parts.append(_field(NODE_OP, self.op.encode()))
+        parts = [length_delimited(NODE_INPUT, name.encode()) for name in self.inputs]
+        parts += [length_delimited(NODE_OUTPUT, name.encode()) for name in self.outputs]
+        parts.append(length_delimited(NODE_OP, self.op.encode()))
         if self.domain:
-            parts.append(_field(NODE_DOMAIN, self.domain.encode()))
+            parts.append(length_delimited(NODE_DOMAIN, self.domain.encode()))
         return b"".join(parts + self.rest)
 
 
 def _graph_nodes(model: bytes) -> list[Node]:
-    graph = next(payload for number, _, payload in _fields(model) if number == MODEL_GRAPH)
-    return [Node.parse(payload) for number, _, payload in _fields(graph) if number == GRAPH_NODE]
+    graph = next(payload for number, _, _, payload in fields(model) if number == MODEL_GRAPH)
+    return [Node.parse(payload) for number, _, _, payload in fields(graph) if number == GRAPH_NODE]
 
 
 def _with_nodes(model: bytes, nodes: list[Node]) -> bytes:
     """``model`` with its graph's node list replaced (every other field kept as it was)."""
     out = []
-    for number, raw, payload in _fields(model):
+    for number, _, raw, payload in fields(model):
         if number == MODEL_GRAPH:
-            others = [raw_g for n, raw_g, _ in _fields(payload) if n != GRAPH_NODE]
-            raw = _field(MODEL_GRAPH, b"".join([_field(GRAPH_NODE, node.encode()) for node in nodes] + others))
+            others = [raw_g for n, _, raw_g, _ in fields(payload) if n != GRAPH_NODE]
+            raw = length_delimited(MODEL_GRAPH, b"".join([length_delimited(GRAPH_NODE, node.encode()) for node in nodes] + others))
         out.append(raw)
     return b"".join(out)
 
