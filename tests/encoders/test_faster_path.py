@@ -1,6 +1,6 @@
 """FasterPath: of two interchangeable ways, the one with the lower recent time runs, the other now and then."""
 
-from app.encoders.image_text.faster_path import FasterPath
+from app.encoders.faster_path import FasterPath
 
 
 class FakeClock:
@@ -49,3 +49,20 @@ def test_a_change_in_load_moves_the_choice_within_a_few_probes() -> None:
     for _ in range(40):
         path.run(first, second)
     assert taken[-4:].count(1) >= 3
+
+
+def test_a_failed_call_records_nothing() -> None:
+    clock = FakeClock()
+    path = FasterPath(clock=clock)
+
+    def boom() -> None:
+        clock.now += 1.0
+        raise RuntimeError("boom")
+
+    try:
+        path.run(boom, boom)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the call's error must reach the caller")
+    assert path.average == [None, None]  # way 0 is tried again next time, not judged by a failure

@@ -31,7 +31,6 @@ strictly. A checkpoint without them (versions 1 and 2) loads and answers exactly
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -42,7 +41,7 @@ from app.encoders.audio._trained_audio import example_windows, take_audio_config
 from app.encoders.audio.audio_nets import fit_to_window
 from app.encoders.base import Embeddings, Encoder, l2_normalise, sign_codes
 from app.encoders.checkpoint import CheckpointError, load_checkpoint, load_state_strict
-from app.encoders.faster_of_two import FasterOfTwo
+from app.encoders.faster_path import FasterPath
 from app.encoders.side_thread import run_beside, spare_core
 from app.encoders.audio.speech_views import PREFIX as VIEWS_PREFIX, SpeechViews, views_from_config
 from app.encoders.traced import CpuTraces, Step, trace_step
@@ -53,7 +52,7 @@ BRANCHES = ("speech", "sounds")
 ENCODE_CHUNK = 64
 SIDE_THREAD_MAX_WINDOWS = 2  # batches up to this size run their two halves on two threads, if no other request is in flight
 # such a batch's speech_embedding front-end: on two onnxruntime threads before the sounds half ("both_cores"), on
-# one beside it ("one_core"), or whichever has been faster lately ("choose", app/encoders/faster_of_two.py)
+# one beside it ("one_core"), or whichever has been faster lately ("choose", app/encoders/faster_path.py)
 LONE_QUERY_FRONTEND = "choose"
 
 
@@ -192,7 +191,7 @@ class RoutedFusionEncoder(Encoder):
         frontend = getattr(speech.features, "frontend", None)
         self.frontend_splits = getattr(speech.features, "kind", None) == "speech-embedding" and bool(
             getattr(frontend, "onnx_on_cpu", False))
-        self.lone_schedules = FasterOfTwo()  # way 0: the halves side by side; way 1: the front-end on both cores first
+        self.lone_schedules = FasterPath()  # way 0: the halves side by side; way 1: the front-end on both cores first
         self.steps = CpuTraces(Steps(SoundsStep(sounds, self.router, self.views).eval(),
                                      SpeechFrames(speech.features).eval(),
                                      SpeechHead(speech.net, self.keeps_frames).eval(),
@@ -259,16 +258,20 @@ class RoutedFusionEncoder(Encoder):
         # wait for its result lies on the query's critical path. A pretrained speech front-end is most of
         # that half and splits itself: it can take both cores first, the sounds half then running beside the
         # head, which wins while no other process holds the second core (the faster lately runs, same answers).
+        def side_by_side() -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+            return run_beside(lambda: speech_head(speech_frames()), sounds_half)
+
+        def frontend_on_both_cores_first() -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+            with ort_convs.intra_op_threads(2):
+                frames = speech_frames()
+            return run_beside(lambda: speech_head(frames), sounds_half)
+
         if self.device == "cpu" and len(waves) <= SIDE_THREAD_MAX_WINDOWS and spare_core():
             schedule = LONE_QUERY_FRONTEND if self.frontend_splits else "one_core"
-            chosen = self.lone_schedules.timed() if schedule == "choose" else nullcontext(int(schedule == "both_cores"))
-            with chosen as both:
-                if both:
-                    with ort_convs.intra_op_threads(2):
-                        frames = speech_frames()
-                    speech, sounds = run_beside(lambda: speech_head(frames), sounds_half)
-                else:
-                    speech, sounds = run_beside(lambda: speech_head(speech_frames()), sounds_half)
+            if schedule == "choose":
+                speech, sounds = self.lone_schedules.run(side_by_side, frontend_on_both_cores_first)
+            else:
+                speech, sounds = (frontend_on_both_cores_first if schedule == "both_cores" else side_by_side)()
         else:
             sounds = sounds_half()
             speech = speech_head(speech_frames())

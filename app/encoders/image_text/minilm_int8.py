@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from app.encoders.image_text.faster_path import FasterPath
+from app.encoders.faster_path import FasterPath
 from app.encoders.side_thread import has_second_core, map_beside, spare_core
 
 OPSET = 17  # LayerNormalization is an ONNX operator from 17 on
@@ -301,7 +301,7 @@ class Int8MiniLM:
         graph = graph or graph_path(variant)
         self.session = _session(bert, graph, variant)
         self.lone_session = _session(bert, graph, variant, threads=2)
-        self.lone_path = FasterPath()  # which of the two a lone query takes (app/encoders/image_text/faster_path.py)
+        self.lone_path = FasterPath()  # which of the two a lone query takes (app/encoders/faster_path.py)
 
     def __call__(self, texts: list[str]) -> torch.Tensor:
         """(n, hidden) unit-length sentence embeddings."""

@@ -1,7 +1,8 @@
 """Pick whichever of two interchangeable ways to run a call has been faster lately.
 
 Why (issue 35): a lone text query's MiniLM forward can run its products on one onnxruntime thread or on
-two (app/encoders/image_text/minilm_int8.py); both give the same bits. On the quiet 2-core machine two
+two (app/encoders/image_text/minilm_int8.py), and a lone audio query's speech front-end can take both cores
+before the sounds half runs beside the head (app/encoders/audio/routed_fusion.py); either way gives the same bits. On the quiet 2-core machine two
 threads took 3.0 ms against 3.9, but while a background job (the training runs this machine shares its
 cores with, at nice 19) kept the other core busy they took 7.7 ms against 4.1: the second thread waited
 to be scheduled at every product. The process cannot see that from its own requests, so it measures:
