@@ -14,7 +14,7 @@ bit, tests/features/test_ort_blocked.py): onnxruntime's own graph of the speech 
 blocked tensors, app/features/pretrained/ort_blocked.py) and a lone query's halves side by side, the front-end on
 one thread (app/encoders/audio/routed_fusion.py), so old and new code take turns in one run. ``NAME:one_core`` and
 ``NAME:both_cores`` fix a lone query's schedule (the blocked graph either way) where NAME alone chooses the faster
-lately (app/encoders/faster_of_two.py). ``stages_ms`` times the default's traced steps alone, one after the other
+lately (app/encoders/faster_path.py). ``stages_ms`` times the default's traced steps alone, one after the other
 on one thread: where a query's milliseconds go.
 """
 
