@@ -7,27 +7,18 @@ import pytest
 from app.search import pipeline
 from app.search.pipeline import Query, SearchOptions
 from app.search.ranking import hamming
-from app.storage.catalog import Catalog, Collection, NewItem
-from app.storage.index_store import CollectionIndex
+from tests.search.tiny_images import image_collection, unit_floats_and_codes
 
 DIM, BITS, N = 8, 16, 300
 
 
 @pytest.fixture
 def images(tmp_path):
-    catalog = Catalog(tmp_path / "c.db")
-    collection = Collection("img", "image", "test", ("binary", "float"), DIM, BITS, None, None, False, "", 0.0)
-    catalog.create_collection(collection)
-    rng = np.random.default_rng(7)
-    floats = rng.standard_normal((N, DIM)).astype(np.float32)
-    floats /= np.linalg.norm(floats, axis=1, keepdims=True)
-    codes = rng.integers(0, 256, (N, BITS // 8), dtype=np.uint8)
+    floats, codes = unit_floats_and_codes(np.random.default_rng(7), N, DIM, BITS)
     codes[::3] = codes[0]  # many exact Hamming ties, so the cut-off must keep every tied image
     # item ids in an order unrelated to insertion, so ties broken by id differ from ties broken by row
     ids = [f"i{(i * 7919) % N:03d}" for i in range(N)]
-    catalog.upsert_items("img", [NewItem(ids[i], None, None, None, {"n": i % 2}, np.zeros((1, 2)), floats[i:i + 1], codes[i:i + 1])
-                                 for i in range(N)])
-    index = CollectionIndex.open(collection, catalog, tmp_path, shards=2)
+    catalog, collection, index = image_collection(tmp_path, floats, codes, ids, metadata=lambda i: {"n": i % 2})
     return catalog, collection, index, floats, codes, ids
 
 

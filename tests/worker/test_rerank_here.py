@@ -17,9 +17,8 @@ from app.search import pipeline
 from app.search.pipeline import Query, Scans, SearchOptions
 from app.search.scan import SharedScan
 from app.settings import BatchingSettings
-from app.storage.catalog import Catalog, Collection, NewItem
-from app.storage.index_store import CollectionIndex
 from app.worker.encoding import EncoderPool
+from tests.search.tiny_images import image_collection, unit_floats_and_codes
 
 ENCODER = "image-text-minilm"
 
@@ -66,17 +65,8 @@ def test_rerank_here_refuses_an_encoder_without_a_head():
 
 @pytest.mark.parametrize("inline", [True, False])
 def test_search_hands_then_the_final_hits_on_the_ranking_thread(tmp_path, monkeypatch, inline):
-    dim, bits, n = 8, 16, 120
-    catalog = Catalog(tmp_path / "c.db")
-    collection = Collection("img", "image", "test", ("binary", "float"), dim, bits, None, None, False, "", 0.0)
-    catalog.create_collection(collection)
-    rng = np.random.default_rng(5)
-    floats = rng.standard_normal((n, dim)).astype(np.float32)
-    floats /= np.linalg.norm(floats, axis=1, keepdims=True)
-    codes = rng.integers(0, 256, (n, bits // 8), dtype=np.uint8)
-    catalog.upsert_items("img", [NewItem(f"i{i:03d}", None, None, None, {}, np.zeros((1, 2)), floats[i:i + 1], codes[i:i + 1])
-                                 for i in range(n)])
-    index = CollectionIndex.open(collection, catalog, tmp_path, shards=2)
+    floats, codes = unit_floats_and_codes(np.random.default_rng(5), 120, 8, 16)
+    catalog, collection, index = image_collection(tmp_path, floats, codes, [f"i{i:03d}" for i in range(120)])
     if not inline:
         monkeypatch.setattr(pipeline, "INLINE_SCAN_BYTES", -1)  # through the shared scan, then _rank's thread call
     ranked_on: list[int] = []
