@@ -22,6 +22,8 @@ import numpy as np
 
 from app.errors import InvalidInput
 from app.index import AdaptiveBinaryIndex
+from app.search.depth import first_depth as _first_depth
+from app.search.depth import map_top as _map_top
 from app.search.ranking import (
     ItemHit,
     cosine_distance,
@@ -58,6 +60,8 @@ class SearchOptions:
     rerank: bool = True
     rerank_top: int = 100
     item_distance: str = "mean"  # "mean" | "min": how an item combines the query windows' distances
+    # segments a first round scans per wanted item (None: the collection's rule, app/search/depth.py)
+    depth_per_item: int | None = None
     nprobe: int | None = None  # IVF lists to scan (None: the collection's default); ignored by flat
 
 
@@ -108,7 +112,7 @@ async def search(
     total = len(index)
     if total == 0:
         return [] if then is None else then([])
-    depth = _first_depth(query, options, total)
+    depth = _first_depth(collection, query, options, total)
     if _scanned_bytes(index, options, depth) <= INLINE_SCAN_BYTES:
         return await asyncio.to_thread(_search_here, catalog, collection, index, query, options, with_items, then)
     while True:
@@ -148,7 +152,7 @@ def _search_here(
 ) -> Any:
     """:func:`search` for a small index, entirely on the calling (worker) thread."""
     total = len(index)
-    depth = _first_depth(query, options, total)
+    depth = _first_depth(collection, query, options, total)
     while True:
         kind, k = _scan_plan(index, options, depth)
         if kind == "binary":
@@ -164,29 +168,6 @@ def _search_here(
         if hits is not None:
             return hits if then is None else then(hits)
         depth = min(total, depth * 4)
-
-
-def _wanted(query: Query, options: SearchOptions) -> int:
-    """Items a round must find: k, plus the query's own item when it is excluded from the answer."""
-    return options.k + (1 if query.exclude_item else 0)
-
-
-def _first_depth(query: Query, options: SearchOptions, total: int) -> int:
-    return min(total, max(_wanted(query, options) * 4, 32))
-
-
-def _map_top(collection: Collection, query: Query, options: SearchOptions, depth: int) -> int:
-    """How many of a round's nearest segments are mapped to items (a catalog read per segment).
-
-    A segment scan goes ``depth`` deep because an audio item has many windows; an image is one
-    segment, so its k nearest segments are its k nearest items and reading 4x as many rows was
-    waste (a text query's re-rank shortlist of 100: 400 rows, ~4 ms of a 2-core machine). With a
-    filter or a distance limit some of those items drop out and the next, deeper round needs the
-    rest, so they keep the whole depth.
-    """
-    if collection.modality != "image" or options.filter or options.max_distance is not None:
-        return depth
-    return min(depth, _wanted(query, options))
 
 
 def _vectors_wanted(collection: Collection) -> dict[int, np.ndarray] | None:
