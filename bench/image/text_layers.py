@@ -144,7 +144,10 @@ def in_process(forwards: dict[str, Any], texts: list[str]) -> dict[str, Any]:
 def run(layer_counts: list[int], photos_dir: Path | None) -> dict[str, Any]:
     import torch
 
+    from app.encoders.runtime import limit_numpy_blas
+
     torch.set_num_threads(1)  # as the service's query batches run
+    limit_numpy_blas(1)  # and its numpy products (the map's)
     unchanged = encoder_with_precision(PRECISION)
     sentence_model = unchanged.text_features._load()
     sets = dev_sets(unchanged, photos_dir)
