@@ -55,6 +55,8 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
                         "last: every epoch runs and the last is kept")
     p.add_argument("--lr-patience", type=int, default=0, help="halve the learning rate after this many epochs without progress (0: never)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split-seed", type=int, default=None,
+                   help="seed of the validation draw (default: --seed); fixed, heads of several seeds validate alike")
     p.add_argument("--alpha", type=float, default=0.01, help="penalisation weight (paper 004)")
     p.add_argument("--beta", type=float, default=1.0, help="triplet weight (paper 004)")
     p.add_argument("--gamma", type=float, default=0.0005,
@@ -159,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         split_by=args.split_by, holdout=args.holdout, val_groups=args.val_groups, sample_rate=args.sample_rate,
         window_s=args.window, hop_s=args.hop, hidden=args.hidden, heads=args.heads, d_a=args.d_a, hash_norm=args.hash_norm, output_relu=args.output_relu, dropout=args.dropout,
         epochs=args.epochs, steps_per_epoch=args.steps, batch_size=args.batch_size, lr=args.lr, patience=args.patience, lr_patience=args.lr_patience, keep=args.keep,
-        seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
+        seed=args.seed, split_seed=args.split_seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma, quant_warmup=args.quant_warmup, margin=args.margin, pairs=args.pairs,
         mining=args.mining, augment=args.augment, spec_augment=args.spec_augment,
         cache_dir=args.cache_dir or None, threads=args.threads,
         device=args.device, description=args.description, extra_manifests=args.extra_manifests,
