@@ -97,6 +97,10 @@ def run_chain(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]
         fit_views(data, _step_args(args, own, views_from=str(swapped), out=str(out), name=name))
         steps.append(("front-end view", command_of(d_argv)))
     record_steps(out, command_of(own), steps)
+    if getattr(args, "head_seeds", 1) > 1:
+        from app.training.general_audio.head_seeds import record_choice
+
+        record_choice(work, out)
     print(f"one command: {len(steps)} steps -> {out}")
     return 0
 

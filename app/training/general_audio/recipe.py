@@ -225,6 +225,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="with --speech-frontend: espeak-ng speech the head also trains on: none (version 6's head), "
                         "made-up (made-up words in 30 languages), english (English everyday words), words (both, many "
                         "voices each) or all (also English digits in --digit-voices voices; 2 5 7 9 never synthesised)")
+    p.add_argument("--head-seeds", type=int, default=1,
+                   help="with --speech-frontend: train the speech head with this many seeds (--seed onwards), each "
+                        "validated on the first seed's speakers, and keep the best by validation MAP (head_seeds.py)")
     p.add_argument("--views-from", metavar="CHECKPOINT_DIR",
                    help="train nothing: take this routed-fusion checkpoint's branches and router and add the "
                         "training-free speech views (--whiten-eps, --mfcc-bits) fitted on training-side windows")

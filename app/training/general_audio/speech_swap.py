@@ -82,15 +82,31 @@ def head_synthetic(work: Path, args: argparse.Namespace) -> list[Path]:
 
 
 def train_frontend_speech(data: Path, work: Path, args: argparse.Namespace) -> Path:
-    """Train (or, when ``work`` already holds a finished one, reuse) the speech head; its directory."""
+    """Train (or, when ``work`` already holds a finished one, reuse) the speech head; its directory. With
+    ``--head-seeds N`` above 1, N heads and the one with the best validation MAP (head_seeds.py)."""
+    seeds = getattr(args, "head_seeds", 1)
+    if seeds > 1:
+        from app.training.general_audio.head_seeds import best_of_seeds
+
+        return best_of_seeds(work, args.seed, seeds,
+                             lambda out, seed: train_head(data, work, out, args, seed=seed, split_seed=args.seed))
+    return train_head(data, work, work / "speech-frontend", args)
+
+
+def train_head(data: Path, work: Path, out: Path, args: argparse.Namespace, seed: int | None = None,
+               split_seed: int | None = None) -> Path:
+    """One speech head into ``out`` (reused once finished): ``args.seed`` or ``seed``, validated on the speakers
+    ``split_seed`` draws (default: the seed's own draw, as ``recall train audio`` does)."""
     from app.training.audio.cli import main as audio_main
     from app.training.general_audio.data import training_manifests
 
-    out = work / "speech-frontend"
     if (out / FINISHED).is_file() and not args.retrain:
         return out
     fsdd = training_manifests(data, work, None)["fsdd"]
-    argv = frontend_speech_argv(data, fsdd, out, args, head_synthetic(work, args))
+    seeded = args if seed is None else argparse.Namespace(**{**vars(args), "seed": seed})
+    argv = frontend_speech_argv(data, fsdd, out, seeded, head_synthetic(work, args))
+    if split_seed is not None:
+        argv += ["--split-seed", str(split_seed)]
     if (out / "train_state.pt").is_file():
         argv.append("--resume")  # a stopped run goes on from its last finished epoch
     if audio_main(argv) != 0:
