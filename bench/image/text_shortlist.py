@@ -3,7 +3,7 @@
 A re-ranked text query asks the search for the head's top 100 (``rerank_top``). The first round scanned
 4 segments per wanted item (an audio item has many windows), so two-stage search shortlisted 4 x 100 x 10
 (oversample) = 4,000 codes by Hamming distance and read their float rows; an image is one segment, so
-app/search/depth.py now scans 1 per item: 1,000 codes and rows. That changes answers only where an image the
+app/search/depth.py now scans 1 per item in a collection of up to ``SHALLOW_IMAGES``: 1,000 codes and rows. That changes answers only where an image the
 exact cosine would rank in the top 100 sits beyond the shorter Hamming shortlist, which the text-to-image dev
 sets (``bench.service.text_quality``: 40 and 300 images) cannot show, as any shortlist covers them whole.
 So each dev set's images are put among ``--distractors`` generated scenes (``app/training/synthesis/images.py``,
@@ -21,6 +21,9 @@ holds, the rows read, and the median in-process search time (``pipeline._search_
 thread: shortlist, float rows, exact cosines, catalog reads; the head not counted), depths taking turns.
 
     python -m bench.image.text_shortlist [--distractors 10000] [--out bench/results/text_shortlist.json]
+
+``default_depth_per_item``: what app/search/depth.py picks for a collection of that size (1 up to
+``SHALLOW_IMAGES``, 4 beyond: among 10^5 images the shorter shortlist missed the rule).
 """
 
 from __future__ import annotations
@@ -43,12 +46,20 @@ DEPTHS = (4, 1)  # segments a first round scans per wanted item: before, now (ap
 RERANK_TOP, K, OVERSAMPLE = 100, 10, 10  # the service's defaults
 
 
-def distractors(encoder: Any, n: int) -> np.ndarray:
-    """(n, dim) float embeddings of generated scenes no training or dev set holds."""
+def distractors(encoder: Any, n: int, cache: Path | None = None) -> np.ndarray:
+    """(n, dim) float embeddings of generated scenes no training or dev set holds (kept in ``cache``, a folder:
+    10^5 of them take ~9 minutes on two shared cores)."""
     from app.training.synthesis.images import generate_scenes, render
 
+    path = cache / f"distractors_{encoder.name}_{DISTRACTOR_SEED}_{n}.npy" if cache else None
+    if path is not None and path.is_file():
+        return np.load(path)
     scenes = generate_scenes(n, seed=DISTRACTOR_SEED)
-    return np.concatenate([encoder.encode([render(s) for s in scenes[i:i + 256]]).floats for i in range(0, n, 256)])
+    floats = np.concatenate([encoder.encode([render(s) for s in scenes[i:i + 256]]).floats for i in range(0, n, 256)])
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, floats)
+    return floats
 
 
 def collection(root: Path, floats: np.ndarray) -> tuple[Any, Any, Any]:
@@ -95,13 +106,16 @@ def exact_top10(encoder: Any, text: str, query: np.ndarray, images: np.ndarray, 
 
 
 def measure(encoder: Any, images: np.ndarray, texts: list[str], owners: np.ndarray, distractor_floats: np.ndarray) -> dict[str, Any]:
+    from app.search.depth import per_item
+    from app.search.pipeline import SearchOptions
     from bench.service.text_quality import recall_at_10, top10_overlap
 
     floats = np.concatenate([images, distractor_floats])
     queries = encoder.encode_text(texts)  # each text its own MiniLM call (onnxruntime precisions), as served
     with tempfile.TemporaryDirectory() as folder:
         catalog, described, index = collection(Path(folder), floats)
-        out: dict[str, Any] = {"images": len(images), "distractors": len(distractor_floats), "queries": len(texts)}
+        out: dict[str, Any] = {"images": len(images), "distractors": len(distractor_floats), "queries": len(texts),
+                               "default_depth_per_item": per_item(described, SearchOptions(), len(floats))}
         for kind, rerank in (("rerank", True), ("stage1", False)):
             rows: dict[int, list[list[int]]] = {d: [] for d in DEPTHS}
             ms: dict[int, list[float]] = {d: [] for d in DEPTHS}
@@ -125,7 +139,7 @@ def measure(encoder: Any, images: np.ndarray, texts: list[str], owners: np.ndarr
     return out
 
 
-def run(n_distractors: int, photos_dir: Path | None) -> dict[str, Any]:
+def run(n_distractors: int, photos_dir: Path | None, cache: Path | None = None) -> dict[str, Any]:
     import torch
 
     from app.encoders.runtime import limit_numpy_blas
@@ -135,7 +149,7 @@ def run(n_distractors: int, photos_dir: Path | None) -> dict[str, Any]:
     encoder = encoder_with_precision("int8_token")  # the default query precision
     started = time.perf_counter()
     sets = dev_sets(encoder, photos_dir)
-    extra = distractors(encoder, n_distractors)
+    extra = distractors(encoder, n_distractors, cache)
     out: dict[str, Any] = {"encoder": encoder.name, "query_precision": "int8_token", "depth_per_item": list(DEPTHS),
                            "rule": {"max_R@10_drop": MAX_R10_DROP, "min_top10_overlap": MIN_OVERLAP},
                            "distractor_seed": DISTRACTOR_SEED, "embedding_s": time.perf_counter() - started}
@@ -151,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--distractors", type=int, default=10_000)
     parser.add_argument("--photos", type=Path, default=DEFAULT_PHOTOS)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "recall-bench-distractors",
+                        help="folder keeping the distractors' embeddings between runs")
     args = parser.parse_args(argv)
-    result = run(args.distractors, args.photos)
+    result = run(args.distractors, args.photos, args.cache)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

@@ -1,6 +1,6 @@
-"""How deep a two-stage search's shortlist goes (app/search/depth.py): an image collection without a filter
-or distance limit scans 1 segment per wanted item (k x oversample codes), everything else 4, and what a
-shortlist of that depth answers is checked against a brute-force ranking of the same codes and floats."""
+"""How deep a two-stage search's shortlist goes (app/search/depth.py): an image collection of at most SHALLOW_IMAGES
+images, without a filter or distance limit, scans 1 segment per wanted item (k x oversample codes), everything
+else 4, and what a shortlist of that depth answers is checked against a brute-force ranking of the same codes and floats."""
 
 import numpy as np
 import pytest
@@ -58,6 +58,21 @@ def test_a_filter_an_explicit_depth_and_binary_mode_keep_four_segments_per_item(
                     SearchOptions(k=10, mode="binary")):
         pipeline._search_here(catalog, collection, index, query, options, False)
     assert asked == [120, 120, 120, 40]
+
+
+def test_a_collection_of_more_than_shallow_images_keeps_four_segments_per_item(images, monkeypatch):
+    """Among 10^5 images the shorter shortlist missed issue 35's rule, so a large collection keeps 4."""
+    from app.search import depth
+
+    catalog, collection, index, floats, codes, _ = images
+    asked = shortlist_sizes(index, monkeypatch)
+    query = Query(floats=floats[3:4].copy(), codes=codes[3:4].copy())
+    options = SearchOptions(k=10, mode="two_stage", oversample=3)
+    pipeline._search_here(catalog, collection, index, query, options, False)
+    monkeypatch.setattr(depth, "SHALLOW_IMAGES", N - 1)
+    pipeline._search_here(catalog, collection, index, query, options, False)
+    assert asked == [96, 120]
+    assert depth.SHALLOW_IMAGES < N and depth.per_item(collection, options, N) == 4
 
 
 @pytest.mark.parametrize("depth_per_item", [None, 4])
