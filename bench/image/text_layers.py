@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.output import write_results
 from bench.service.text_quality import DEFAULT_PHOTOS, compare, dev_sets, encoder_with_precision
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -192,10 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     result = run([int(x) for x in args.layers.split(",")], args.photos)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: v["quality"]["rule_met"] for k, v in result["variants"].items()}, indent=1))
-    print(json.dumps(result["in_process"], indent=1))
+    write_results(result, args.out)
     return 0
 
 

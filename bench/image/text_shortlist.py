@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.output import write_results
 from bench.service.text_quality import DEFAULT_PHOTOS, MAX_R10_DROP, MIN_OVERLAP, dev_sets, encoder_with_precision
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -169,9 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder keeping the distractors' embeddings between runs")
     args = parser.parse_args(argv)
     result = run(args.distractors, args.photos, args.cache)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result, indent=1))
+    write_results(result, args.out)
     return 0
 
 
