@@ -61,3 +61,12 @@ def test_the_one_command_keeps_the_best_of_its_seeds_and_says_so(data: Path, tmp
     assert files(work / "speech-frontend-seed0")["weights.safetensors"] == \
         files(tmp_path / "work1" / "speech-frontend")["weights.safetensors"]
     assert "head_seeds" not in json.loads((tmp_path / "out1" / "config.json").read_text())
+
+
+@pytest.mark.parametrize("count", ["0", "-1", "two"])
+def test_a_count_under_one_is_refused_in_one_line(data: Path, tmp_path: Path, count: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        general_audio.main(["--data", str(data), "--speech-frontend", "speech-embedding:0.4", "--head-seeds", count,
+                            "--out", str(tmp_path / "o")])
+    assert exit_.value.code == 2 and "--head-seeds" in capsys.readouterr().err

@@ -178,6 +178,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def at_least_one(text: str) -> int:
+    """``--head-seeds``' argparse type: a count of heads."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("general-audio", help="train the default audio encoder (speech + sounds, routed fusion)")
     p.add_argument("--data", required=True, help="folder with asc/, fsdd/ and esc50/ (../shared/data)")
@@ -225,7 +232,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="with --speech-frontend: espeak-ng speech the head also trains on: none (version 6's head), "
                         "made-up (made-up words in 30 languages), english (English everyday words), words (both, many "
                         "voices each) or all (also English digits in --digit-voices voices; 2 5 7 9 never synthesised)")
-    p.add_argument("--head-seeds", type=int, default=1,
+    p.add_argument("--head-seeds", type=at_least_one, default=1,
                    help="with --speech-frontend: train the speech head with this many seeds (--seed onwards), each "
                         "validated on the first seed's speakers, and keep the best by validation MAP (head_seeds.py)")
     p.add_argument("--views-from", metavar="CHECKPOINT_DIR",
