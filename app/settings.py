@@ -78,11 +78,12 @@ class EncoderSettings(BaseModel):
         description="A collection of an ONNX encoder (no trained hash head) fits its binary codes (PCA + ITQ) on at "
         "most this many vectors of its first ingest; `recall reembed` refits.",
     )
-    text_query_precision: Literal["int8_token", "half", "int8", "float32"] = Field(
+    text_query_precision: Literal["int8_token", "int8_block", "half", "int8", "float32"] = Field(
         "int8_token",
         description="How image-text encoders embed text queries on CPU. Through onnxruntime: int8_token (the default: "
         "8-bit integer products, each token's input rounded on its own grid, query/key/value products in float32; "
-        "it met issue 35's quality rule on the dev sets), float32 (the library's vectors to ~1e-6), int8 (inputs "
+        "it met issue 35's quality rule on the dev sets), int8_block (every product one fused onnxruntime operator, "
+        "weights and each token's input rounded per block of 64 values), float32 (the library's vectors to ~1e-6), int8 (inputs "
         "rounded per tensor: fastest, but it missed the rule on the held-out photos). Or half: MiniLM's products with "
         "half-precision weights in torch, the default before. README, Numbers.",
     )

@@ -114,12 +114,13 @@ def qualities(photos_dir: Path | None, unchanged: str, changed: list[str]) -> di
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--photos", type=Path, default=DEFAULT_PHOTOS)
-    parser.add_argument("--changed", default="int8")
+    parser.add_argument("--unchanged", default="half")
+    parser.add_argument("--changed", default="int8", help="comma-separated precisions")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
-    print(json.dumps(quality(args.photos, changed=args.changed), indent=1))
+    print(json.dumps(qualities(args.photos, args.unchanged, args.changed.split(",")), indent=1))
     return 0
 
 
