@@ -78,7 +78,7 @@ class EncoderSettings(BaseModel):
         description="A collection of an ONNX encoder (no trained hash head) fits its binary codes (PCA + ITQ) on at "
         "most this many vectors of its first ingest; `recall reembed` refits.",
     )
-    text_query_precision: Literal["int8_token", "int8_block", "half", "int8", "float32"] = Field(
+    text_query_precision: Literal["int8_token", "int8_block", "int8_block32", "half", "int8", "float32"] = Field(
         "int8_token",
         description="How image-text encoders embed text queries on CPU. Through onnxruntime: int8_token (the default: "
         "8-bit integer products, each token's input rounded on its own grid, query/key/value products in float32; "

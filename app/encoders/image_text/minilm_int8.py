@@ -65,6 +65,7 @@ VARIANTS = {
     "int8_token": {"qkv": "float", "attention_out": "token", "intermediate": "token", "output": "token"},
     "float32": {"qkv": "float", "attention_out": "float", "intermediate": "float", "output": "float"},
     "int8_block": {"qkv": "block", "attention_out": "block", "intermediate": "block", "output": "block"},
+    "int8_block32": {"qkv": "block32", "attention_out": "block32", "intermediate": "block32", "output": "block32"},
 }
 
 
@@ -130,11 +131,11 @@ class _TokenProduct(_Int8Product):
 # Weights (and, in the kernel, input values) per scale in a "block" product; onnxruntime's MatMulNBits takes 16-256.
 # Measured on 800 generated captions (one thread, cosine to float32 mean / min): 32: 3.03 ms, 0.99966 / 0.99937;
 # 64: 2.62 ms, 0.99951 / 0.99925; 128: 2.42 ms, 0.99915 / 0.99863; int8_token 3.6 ms, 0.99945 / 0.99900.
-# 64 is the widest block still closer to float32 than int8_token.
+# 64 is the widest block still closer to float32 than int8_token; 32 the closest of the three.
 BLOCK = 64
 
 
-def quantise_blocks(weight: torch.Tensor, block: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+def quantise_blocks(weight: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(uint8 codes (out, in / block, block), float32 scales (out, in / block)): ``weight ~= (codes - 128) * scale``
     for every ``block`` consecutive inputs of each output unit; symmetric, |codes - 128| <= 127."""
     weight = weight.detach().float()
@@ -195,9 +196,9 @@ class _Int8TokenLinear(nn.Module):
 
 
 class _BlockLinear(nn.Module):
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, block: int = BLOCK) -> None:
         super().__init__()
-        codes, scale = quantise_blocks(weight, BLOCK)
+        codes, scale = quantise_blocks(weight, block)
         self.register_buffer("codes", codes)
         self.register_buffer("scale", scale)
         self.register_buffer("bias", bias.detach().float().clone())
@@ -229,7 +230,8 @@ class _Int8Linear(nn.Module):
         return _Int8Product.apply(x, self.weight_t, self.zero, self.scale, self.bias)
 
 
-_PRODUCTS = {"tensor": _Int8Linear, "token": _Int8TokenLinear, "block": _BlockLinear, "float": _FloatLinear}
+_PRODUCTS = {"tensor": _Int8Linear, "token": _Int8TokenLinear, "block": _BlockLinear,
+             "block32": lambda weight, bias: _BlockLinear(weight, bias, 32), "float": _FloatLinear}
 
 
 class _Layer(nn.Module):

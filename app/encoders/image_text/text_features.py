@@ -30,8 +30,8 @@ QUERY_BATCH = 8  # up to this many sentences skip SentenceTransformer.encode (se
 # query/key/value in float32), "int8_block" (every product one fused 8-bit operator, weights and inputs rounded
 # per block of 64), "int8" (inputs rounded per tensor) or "float32"; or "half", half-precision
 # weights (app/encoders/image_text/minilm_lean.py, the library's float32 model for batches over QUERY_BATCH).
-QUERY_PRECISIONS = ("int8_token", "int8_block", "int8", "float32", "half")
-ONNX_PRECISIONS = ("int8_token", "int8_block", "int8", "float32")  # the onnxruntime variants (minilm_int8.VARIANTS)
+QUERY_PRECISIONS = ("int8_token", "int8_block", "int8_block32", "int8", "float32", "half")
+ONNX_PRECISIONS = ("int8_token", "int8_block", "int8_block32", "int8", "float32")  # the onnxruntime variants (minilm_int8.VARIANTS)
 # the process's default, as settings' encoders.text_query_precision (applied at service start): int8_token met
 # issue 35's quality rule on the text-to-image dev sets (bench/results/text_query_ab.json)
 DEFAULT_QUERY_PRECISION = "int8_token"
