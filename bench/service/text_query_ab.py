@@ -10,6 +10,10 @@ and every changed one (``--changed``, comma-separated):
   of the unchanged and the changed precision, the drop, the top-10 overlap, and whether the rule holds);
 * ``in_process``: one sentence embedded by the encoder (MiniLM and the text tower), the precisions
   taking turns, every sentence new (the encoder's query cache never hits);
+* ``interleaved``: every precision's server up at once, one client alternating between them request by
+  request, ``--passes`` new sentences each, the same sentences in the same order on every server
+  (``bench.service.interleaved``): the median paired difference against the unchanged precision and its
+  bootstrap interval, the figure that decides a one-client p50 change on this drifting machine;
 * ``http``: the real server (``recall serve`` on loopback, ``bench.service.query_path.Server``) on a copy
   of a ``bench.service.query_corpus`` collection of ``--images`` images, once per precision
   (``RECALL_ENCODERS__TEXT_QUERY_PRECISION``), servers taking turns over ``--rounds`` rounds, the order
@@ -39,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from bench.service import query_corpus as corpus
+from bench.service.interleaved import alternate
 from bench.service.load import json_request, run_load
 from bench.service.query_path import RESULTS, ROOT, Server, _export_tree, _load, _texts, measured
 from bench.service.text_quality import DEFAULT_PHOTOS, encoder_with_precision, qualities
@@ -46,6 +51,7 @@ from bench.service.text_quality import DEFAULT_PHOTOS, encoder_with_precision, q
 OUT = RESULTS / "text_query_ab.json"
 KEYS = ("p50_ms", "p99_ms", "queries_per_s", "server_cpu_ms_per_query", "machine_busy_fraction")
 ONE_CLIENT_QUERIES = 300
+WARMUP = 10  # first requests per server, not measured (first-touch costs)
 
 
 def in_process(precisions: list[str], texts: list[str]) -> dict[str, Any]:
@@ -120,6 +126,47 @@ def http(precisions: list[str], texts: list[str], images: int, rounds: int, seco
     return out
 
 
+def http_interleaved(precisions: list[str], texts: list[str], images: int, passes: int, cache: Path,
+                     baseline: str | None = None) -> dict[str, Any]:
+    """Every variant's server up at once, one client alternating between them request by request
+    (``bench.service.interleaved``): each server gets the same new sentences in the same order, so every
+    sentence's latency on a changed variant is paired with its latency on the unchanged one, moments apart."""
+    from app.settings import Settings
+
+    encoders = Settings().encoders
+    out: dict[str, Any] = {"images": images, "load_before": _load()}
+    servers: list[Server] = []
+    with tempfile.TemporaryDirectory(prefix="recall-textab-") as tmp:
+        seed = Path(tmp) / "corpus"
+        out["corpus"] = corpus.prepared(cache, encoders.default_audio, encoders.default_image, 1000, images, seed)
+        _images_only(seed)
+        variants = [(p, ROOT, p) for p in precisions]
+        if baseline:
+            (Path(tmp) / "baseline").mkdir()
+            out["baseline"] = {"rev": baseline, "commit": _export_tree(baseline, Path(tmp) / "baseline")}
+            variants += [(f"{p}@{baseline}", Path(tmp) / "baseline", p) for p in precisions]
+        try:
+            for label, tree, precision in variants:
+                data = Path(tmp) / f"data-{len(servers)}"
+                shutil.copytree(seed, data)
+                server = Server(tree, data, label)
+                server.env["RECALL_ENCODERS__TEXT_QUERY_PRECISION"] = precision
+                server.start()
+                servers.append(server)
+            path = f"/v1/collections/{corpus.IMAGE_COLLECTION}/search"
+            requests = [json_request(path, {"text": t, "k": 10}) for t in texts[:passes + WARMUP]]
+            urls = {s.label: ("127.0.0.1", s.port) for s in servers}
+            out.update(asyncio.run(alternate(urls, {label: requests for label in urls}, passes, WARMUP)))
+        finally:
+            for server in servers:
+                server.stop()
+    out["load_after"] = _load()
+    for label, row in out["paired"].items():
+        print(f"interleaved: {label} against {out['paired_against']}: median paired difference "
+              f"{row['median_diff_ms']:+.2f} ms (95% {row['ci95_low_ms']:+.2f} .. {row['ci95_high_ms']:+.2f})", flush=True)
+    return out
+
+
 def _images_only(data_dir: Path) -> None:
     """Drop the corpus' audio collection: text queries never read it, and a baseline revision may lack the
     audio encoder it was embedded with (a service that cannot load a collection's encoder is not ready)."""
@@ -140,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0, help="16-client phase length per round and variant")
     parser.add_argument("--images", type=int, default=10_000)
     parser.add_argument("--photos", type=Path, default=DEFAULT_PHOTOS, help="the COCO photos (held-out dev set)")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: quality,in_process,http")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: quality,in_process,interleaved,http")
+    parser.add_argument("--passes", type=int, default=600, help="interleaved one-client requests per server")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "recall-bench-corpus")
     parser.add_argument("--baseline", help="git revision whose app/ also serves every precision (a same-run A/B of a code change)")
     parser.add_argument("--out", type=Path, default=OUT)
@@ -158,11 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     if "in_process" not in skip:
         result["in_process"] = in_process(precisions, texts[-300:])
         print("in process:", result["in_process"], flush=True)
+    if "interleaved" not in skip:
+        result["interleaved"] = http_interleaved(precisions, texts[:-300], args.images, args.passes, args.cache, args.baseline)
     if "http" not in skip:
         result["http"] = http(precisions, texts[:-300], args.images, args.rounds, args.seconds, args.cache, args.baseline)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result.get(k) for k in ("in_process",)} | {"http_medians": result.get("http", {}).get("medians")}, indent=1))
+    print(json.dumps({k: result.get(k) for k in ("in_process",)} | {"http_medians": result.get("http", {}).get("medians"),
+                      "interleaved_paired": result.get("interleaved", {}).get("paired")}, indent=1))
     return 0
 
 

@@ -53,3 +53,64 @@ def test_ab_medians_are_per_variant() -> None:
               for v, p in (("half", 9.0), ("int8", 4.0), ("half", 7.0), ("int8", 6.0), ("half", 8.0))]
     assert medians(rounds, "half")["one_client"]["p50_ms"] == 8.0
     assert medians(rounds, "int8")["sixteen_clients"]["p50_ms"] == 50.0
+
+
+def test_paired_difference_against_a_brute_force_median() -> None:
+    from bench.service.interleaved import paired
+
+    rng = np.random.default_rng(1)
+    before = rng.uniform(8, 12, 501)
+    after = before - 0.7 + rng.normal(0, 0.3, 501)  # faster by ~0.7 ms, pair by pair
+    row = paired(before, after)
+    assert row["median_diff_ms"] == pytest.approx(float(np.median(after - before)))
+    assert row["ci95_low_ms"] <= row["median_diff_ms"] <= row["ci95_high_ms"] < 0
+    assert row["faster_share"] == pytest.approx(float(np.mean(after < before)))
+    assert row["pairs"] == 501
+    same = paired(before, before)
+    assert same["median_diff_ms"] == 0 and same["faster_share"] == 0
+    with pytest.raises(ValueError):
+        paired([], [])
+
+
+def test_alternate_takes_turns_request_by_request_and_reverses_each_pass() -> None:
+    import asyncio
+    import json
+
+    from bench.service.interleaved import alternate
+    from bench.service.load import Req
+
+    arrivals: list[tuple[str, bytes]] = []
+
+    async def run() -> dict:
+        async def serve(label: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    break
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+                arrivals.append((label, await reader.readexactly(length)))
+                body = json.dumps({"timings": {"total_ms": 1.0 if label == "a" else 2.0}}).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+                await writer.drain()
+            writer.close()
+
+        servers = {label: await asyncio.start_server(lambda r, w, label=label: serve(label, r, w), "127.0.0.1", 0)
+                   for label in ("a", "b", "c")}
+        urls = {label: ("127.0.0.1", s.sockets[0].getsockname()[1]) for label, s in servers.items()}
+        requests = [Req("POST", "/x", str(i).encode()) for i in range(6)]
+        try:
+            return await alternate(urls, {label: requests for label in urls}, passes=4, warmup=2)
+        finally:
+            for s in servers.values():
+                s.close()
+
+    out = asyncio.run(run())
+    order = [label for label, _ in arrivals]
+    assert order == ["a", "b", "c", "c", "b", "a"] * 3
+    # every server got the same requests in the same order, each once
+    for label in "abc":
+        assert [body for lab, body in arrivals if lab == label] == [str(i).encode() for i in range(6)]
+    assert out["servers"]["a"]["n"] == 4  # the 2 warm-up requests are not counted
+    assert out["servers"]["b"]["server_timings_p50_ms"] == {"total_ms": 2.0}
+    assert set(out["paired"]) == {"b", "c"} and out["paired"]["b"]["pairs"] == 4
