@@ -78,14 +78,15 @@ class EncoderSettings(BaseModel):
         description="A collection of an ONNX encoder (no trained hash head) fits its binary codes (PCA + ITQ) on at "
         "most this many vectors of its first ingest; `recall reembed` refits.",
     )
-    text_query_precision: Literal["int8_token", "int8_block", "int8_block32", "half", "int8", "float32"] = Field(
-        "int8_token",
-        description="How image-text encoders embed text queries on CPU. Through onnxruntime: int8_token (the default: "
-        "8-bit integer products, each token's input rounded on its own grid, query/key/value products in float32; "
-        "it met issue 35's quality rule on the dev sets), int8_block (every product one fused onnxruntime operator, "
-        "weights and each token's input rounded per block of 64 values), float32 (the library's vectors to ~1e-6), int8 (inputs "
-        "rounded per tensor: fastest, but it missed the rule on the held-out photos). Or half: MiniLM's products with "
-        "half-precision weights in torch, the default before. README, Numbers.",
+    text_query_precision: Literal["int8_block32", "int8_block64", "int8_token", "half", "int8", "float32"] = Field(
+        "int8_block32",
+        description="How image-text encoders embed text queries on CPU. Through onnxruntime: int8_block32 (the "
+        "default: every MiniLM product one fused 8-bit operator, weights and each token's input rounded per block "
+        "of 32 values; it met issue 35's quality rule on the dev sets), int8_block64 (blocks of 64: ~0.5 ms faster "
+        "a query, but it missed the rule against half by one held-out photo caption), int8_token (each token's input rounded on its own "
+        "grid, query/key/value products in float32: the default before), float32 (the library's vectors to ~1e-6), "
+        "int8 (inputs rounded per tensor: it missed the rule). Or half: MiniLM's products with half-precision weights "
+        "in torch. README, Numbers.",
     )
     audio_frontend_precision: Literal["float32", "int8"] = Field(
         "float32",

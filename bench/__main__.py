@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 # `make bench`: what runs on any machine with the package alone, each writing bench/results/<name>.json
 SPEED = ["index.index", "service.service", "image.image_text", "audio.audio", "service.query_path"]
 # modules the benchmarks share, not benchmarks of their own
-HELPERS = {"audio.sets", "service.load", "service.query_corpus", "service.profile_breakdown", "service.query_path_report",
+HELPERS = {"audio.sets", "latency.interleaved", "service.load", "service.query_corpus", "service.profile_breakdown", "service.query_path_report",
            "index.bandwidth", "reliability.fuzz_seed"}
 
 

@@ -12,7 +12,7 @@ and every changed one (``--changed``, comma-separated):
   taking turns, every sentence new (the encoder's query cache never hits);
 * ``interleaved``: every precision's server up at once, one client alternating between them request by
   request, ``--passes`` new sentences each, the same sentences in the same order on every server
-  (``bench.service.interleaved``): the median paired difference against the unchanged precision and its
+  (``bench.latency.interleaved``): the median paired difference against the unchanged precision and its
   bootstrap interval, the figure that decides a one-client p50 change on this drifting machine;
 * ``http``: the real server (``recall serve`` on loopback, ``bench.service.query_path.Server``) on a copy
   of a ``bench.service.query_corpus`` collection of ``--images`` images, once per precision
@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from bench.service import query_corpus as corpus
-from bench.service.interleaved import alternate
+from bench.latency.interleaved import alternate
 from bench.service.load import json_request, run_load
 from bench.service.query_path import RESULTS, ROOT, Server, _export_tree, _load, _texts, measured
 from bench.service.text_quality import DEFAULT_PHOTOS, encoder_with_precision, qualities
@@ -129,7 +129,7 @@ def http(precisions: list[str], texts: list[str], images: int, rounds: int, seco
 def http_interleaved(precisions: list[str], texts: list[str], images: int, passes: int, cache: Path,
                      baseline: str | None = None) -> dict[str, Any]:
     """Every variant's server up at once, one client alternating between them request by request
-    (``bench.service.interleaved``): each server gets the same new sentences in the same order, so every
+    (``bench.latency.interleaved``): each server gets the same new sentences in the same order, so every
     sentence's latency on a changed variant is paired with its latency on the unchanged one, moments apart."""
     from app.settings import Settings
 

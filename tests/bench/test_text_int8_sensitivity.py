@@ -10,7 +10,7 @@ pytest.importorskip("onnxruntime")
 
 import torch  # noqa: E402
 
-from app.encoders.image_text import minilm_int8  # noqa: E402
+from app.encoders.image_text import minilm_int8, minilm_products  # noqa: E402
 from app.encoders.image_text.text_features import MiniLMFeatures  # noqa: E402
 from bench.service import text_int8_sensitivity as sweep  # noqa: E402
 
@@ -22,7 +22,7 @@ CAPTIONS = ["A man riding a wave on top of a surfboard.", "A cat sleeping on a l
 def test_the_rounding_grids_match_brute_force() -> None:
     x = torch.randn(2, 7, 30, dtype=torch.float64) * torch.linspace(0.1, 5, 7)[None, :, None] + 0.4
     x[0, 3] = x[0, 3].abs()  # a token with no negative value: zero must still be on its grid
-    np.testing.assert_allclose(sweep.ROUNDING["token"](x).numpy(), minilm_int8.token_rounding_reference(x.numpy()), atol=1e-12)
+    np.testing.assert_allclose(sweep.ROUNDING["token"](x).numpy(), minilm_products.token_rounding_reference(x.numpy()), atol=1e-12)
     values = x.numpy().ravel()
     low, high = min(0.0, values.min()), max(0.0, values.max())
     step = (high - low) / 255

