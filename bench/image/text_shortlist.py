@@ -147,11 +147,13 @@ def run(n_distractors: int, photos_dir: Path | None, cache: Path | None = None) 
 
     torch.set_num_threads(1)
     limit_numpy_blas(1)  # as the service runs a query's numpy products (app/encoders/runtime.py)
-    encoder = encoder_with_precision("int8_token")  # the default query precision
+    from app.encoders.image_text.text_features import DEFAULT_QUERY_PRECISION
+
+    encoder = encoder_with_precision(DEFAULT_QUERY_PRECISION)  # int8_token when text_shortlist*.json were measured
     started = time.perf_counter()
     sets = dev_sets(encoder, photos_dir)
     extra = distractors(encoder, n_distractors, cache)
-    out: dict[str, Any] = {"encoder": encoder.name, "query_precision": "int8_token", "depth_per_item": list(DEPTHS),
+    out: dict[str, Any] = {"encoder": encoder.name, "query_precision": DEFAULT_QUERY_PRECISION, "depth_per_item": list(DEPTHS),
                            "rule": {"max_R@10_drop": MAX_R10_DROP, "min_top10_overlap": MIN_OVERLAP},
                            "distractor_seed": DISTRACTOR_SEED, "embedding_s": time.perf_counter() - started}
     for name, (images, texts, owners) in sets.items():
