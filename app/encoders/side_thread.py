@@ -97,11 +97,6 @@ def in_flight() -> Iterator[None]:
             _in_flight -= 1
 
 
-def alone() -> bool:
-    """True when no request is being served beside the calling one (an ingest batch on the query lane counts)."""
-    return _in_flight <= 1
-
-
 def has_second_core() -> bool:
     """True when the process may use a second core for model work (its CPUs and ``torch_threads``)."""
     return _second_core()
@@ -110,7 +105,7 @@ def has_second_core() -> bool:
 def spare_core() -> bool:
     """True when the process has a second core for model work and no other request is being served
     beside the current one (then its work has the other core)."""
-    return alone() and _second_core()
+    return _in_flight <= 1 and _second_core()
 
 
 def _side_executor() -> ThreadPoolExecutor:

@@ -49,20 +49,6 @@ class Query:
 
 
 @dataclass
-class PendingQuery:
-    """A query whose vectors ``embed`` computes on the search's own worker thread, first thing: a lone text
-    query's embedding and its search in one thread call (app/usecases/query.py)."""
-
-    embed: Callable[[], Query]
-    text: str | None = None
-    exclude_item: str | None = None
-
-
-def _ready(query: Query | PendingQuery) -> Query:
-    return query.embed() if isinstance(query, PendingQuery) else query
-
-
-@dataclass
 class SearchOptions:
     k: int = 10
     mode: str = "two_stage"
@@ -109,16 +95,13 @@ async def search(
     collection: Collection,
     index: CollectionIndex,
     scans: Scans,
-    query: Query | PendingQuery,
+    query: Query,
     options: SearchOptions,
     *,
     with_items: bool = False,
     then: Callable[[list[ItemHit]], Any] | None = None,
 ) -> Any:
     """Ranked items for a query (no re-ranking: ``then`` may do it).
-
-    A :class:`PendingQuery` is embedded on the worker thread that scans a small index, in the same thread
-    call; for a large one, in a thread call of its own before the scan.
 
     With ``with_items`` each hit also carries its catalog row (``hit.item``), read in the same
     worker-thread call as the ranking: one thread hop per scan depth, not one per lookup.
@@ -132,8 +115,6 @@ async def search(
     depth = _first_depth(collection, query, options, total)
     if _scanned_bytes(index, options, depth) <= INLINE_SCAN_BYTES:
         return await asyncio.to_thread(_search_here, catalog, collection, index, query, options, with_items, then)
-    if isinstance(query, PendingQuery):
-        query = await asyncio.to_thread(query.embed)
     while True:
         kind, k = _scan_plan(index, options, depth)
         scan = scans.binary if kind == "binary" else scans.float
@@ -166,11 +147,10 @@ def _rank_then(then: Callable[[list[ItemHit]], Any] | None, *args: Any) -> tuple
 
 
 def _search_here(
-    catalog: Catalog, collection: Collection, index: CollectionIndex, query: Query | PendingQuery, options: SearchOptions,
-    with_items: bool, then: Callable[[list[ItemHit]], Any] | None = None,
+    catalog: Catalog, collection: Collection, index: CollectionIndex, query: Query, options: SearchOptions, with_items: bool,
+    then: Callable[[list[ItemHit]], Any] | None = None,
 ) -> Any:
     """:func:`search` for a small index, entirely on the calling (worker) thread."""
-    query = _ready(query)
     total = len(index)
     depth = _first_depth(collection, query, options, total)
     while True:

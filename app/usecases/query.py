@@ -16,12 +16,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from app.encoders.base import Encoder
-from app.encoders.side_thread import alone, in_flight
+from app.encoders.side_thread import in_flight
 from app.errors import InvalidInput
 from app.features.windows import cut_audible_windows
 from app.media.audio import decode_audio, uses_fast_path
 from app.media.decode import Upload, decode_media
-from app.search.pipeline import PendingQuery, Query, SearchOptions, search
+from app.search.pipeline import Query, SearchOptions, search
 from app.search.ranking import ItemHit, to_results
 from app.usecases.services import CollectionState, Services
 from app.worker.batcher import Announcement
@@ -50,9 +50,8 @@ class SearchParams(Protocol):
 async def build_query(
     services: Services, state: CollectionState, params: SearchParams, upload: Upload | None, timings: dict[str, float],
     announcement: Announcement | None = None,
-) -> Query | PendingQuery:
-    """Vectors for the one query source given: an example file, a stored item, or a text (a lone text query's
-    vectors are computed later, on the search's worker thread: :class:`PendingQuery`).
+) -> Query:
+    """Vectors for the one query source given: an example file, a stored item, or a text.
 
     ``announcement``: the route's promise to the encoder's batcher that this request will
     submit (made before the body was read); it is ended right before the submit, or at once
@@ -73,26 +72,13 @@ async def build_query(
     if params.text is not None:
         if collection.modality != "image":
             raise InvalidInput(f"text queries search image collections; {collection.name!r} holds audio")
-        encoder = await services.encoders.load(collection.encoder_key)
-        text, needs_codes = params.text, params.mode != "float"
-        if alone() and services.encoders.text_idle(encoder):
-            # a lone query: embedded on the search's worker thread, in the same thread call, instead of two hops
-            # through the text batcher and back before the search's own
-            def embed() -> Query:
-                t = time.perf_counter()
-                emb = services.encoders.encode_text_here(encoder, [text])
-                codes = services.posthoc.query_codes(collection, encoder, emb.floats, emb.codes, stored=len(state.index),
-                                                     needs_codes=needs_codes)
-                timings["encode_ms"] = (time.perf_counter() - t) * 1000
-                return Query(floats=emb.floats, codes=codes, text=text)
-
-            return PendingQuery(embed, text=text)
         t = time.perf_counter()
-        emb = await services.encoders.encode_text(collection.encoder_key, [text], patient=False)
+        emb = await services.encoders.encode_text(collection.encoder_key, [params.text], patient=False)
         timings["encode_ms"] = (time.perf_counter() - t) * 1000
+        encoder = await services.encoders.load(collection.encoder_key)
         codes = services.posthoc.query_codes(collection, encoder, emb.floats, emb.codes, stored=len(state.index),
-                                             needs_codes=needs_codes)
-        return Query(floats=emb.floats, codes=codes, text=text)
+                                             needs_codes=params.mode != "float")
+        return Query(floats=emb.floats, codes=codes, text=params.text)
     assert upload is not None
     encoder = await services.encoders.load(collection.encoder_key)
     t = time.perf_counter()
@@ -167,12 +153,6 @@ async def _run_search(
     )
     t = time.perf_counter()
     searched_from = time.monotonic()  # cluster mode: shard calls inside this window are this search's
-
-    def search_ms() -> float:
-        elapsed = (time.perf_counter() - t) * 1000
-        # a pending query's embedding ran inside the search's thread call: that part is its encode_ms
-        return elapsed - timings.get("encode_ms", 0.0) if isinstance(query, PendingQuery) else elapsed
-
     rerank_scores = None
     if rerank:
         # the head runs on the search's own worker thread, right after the ranking, and reads the final
@@ -182,14 +162,14 @@ async def _run_search(
         text = query.text
 
         def rerank_here(found: list[ItemHit]) -> tuple[list[ItemHit], dict[str, float] | None]:
-            timings["search_ms"] = search_ms()
+            timings["search_ms"] = (time.perf_counter() - t) * 1000
             return _reranked(services, state, encoder, text, found, params.k, timings)
 
         hits, rerank_scores = await search(services.catalog, state.collection, state.index, state.scans, query, options, then=rerank_here)
     else:
         # without re-ranking the hits are final: their catalog rows come in the search's own thread call
         hits = await search(services.catalog, state.collection, state.index, state.scans, query, options, with_items=True)
-        timings["search_ms"] = search_ms()
+        timings["search_ms"] = (time.perf_counter() - t) * 1000
     hits = hits[: params.k]
     if all(h.item is not None for h in hits):
         items = {h.item_id: h.item for h in hits}

@@ -161,7 +161,6 @@ class DynamicBatcher(Generic[In, Out]):
         self._expected = 0  # requests that announced inputs on their way (see expecting)
         self._running = threading.local()  # per worker thread: whether its batch holds a query
         self._last_query_at = float("-inf")  # when a batch last took a query (monotonic seconds)
-        self._batches_running = 0  # on the lanes' threads now
 
     def _thread(self, lane: str, nice: int = 0) -> ThreadPoolExecutor:
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{self.name}{'-' + lane if lane else ''}",
@@ -192,11 +191,6 @@ class DynamicBatcher(Generic[In, Out]):
     @property
     def queue_depth(self) -> int:
         return sum(len(g.inputs) - g.taken for g in self._queue)
-
-    @property
-    def idle(self) -> bool:
-        """Nothing queued, announced or running: a call made beside the batcher now waits for nobody."""
-        return not self._queue and self._expected == 0 and self._batches_running == 0
 
     @property
     def batch_has_query(self) -> bool:
@@ -272,7 +266,6 @@ class DynamicBatcher(Generic[In, Out]):
             if not slices:
                 continue
             inputs = [x for group, start, stop in slices for x in group.inputs[start:stop]]
-            self._batches_running += 1
             try:
                 outputs = await loop.run_in_executor(lane.executor, self._run, inputs, query)
                 if len(outputs) != len(inputs):
@@ -283,8 +276,6 @@ class DynamicBatcher(Generic[In, Out]):
                         group.future.set_exception(exc)
                     self._discard(group)
                 continue
-            finally:
-                self._batches_running -= 1
             self._record(len(inputs))
             offset = 0
             for group, start, stop in slices:

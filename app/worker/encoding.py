@@ -113,29 +113,6 @@ class EncoderPool:
             raise InvalidInput(f"encoder {name!r} cannot embed text; text search needs an image-text encoder")
         return _stack(await self._batcher(encoder, "text").submit_many(list(texts), patient=patient), encoder)
 
-    def text_idle(self, encoder: Encoder) -> bool:
-        """Whether ``encoder``'s text batcher has nothing queued or running (or none exists yet)."""
-        batcher = self._batchers.get((encoder.name, encoder.version, "text"))
-        return batcher is None or batcher.idle
-
-    def encode_text_here(self, encoder: Encoder, texts: Sequence[str]) -> Embeddings:
-        """:meth:`encode_text` on the calling worker thread, for a lone text query whose search runs on that thread
-        next (app/usecases/query.py): the embedding and the search in one thread call instead of the batcher's two
-        hops and the search's own. The same vectors bit for bit: the batcher would have made a batch of this query
-        alone (the caller checks that nothing else is in flight), and query batches run on one torch intra-op
-        thread (``_ThreadCount``), as here."""
-        if not encoder.supports_text:
-            raise InvalidInput(f"encoder {encoder.name!r} cannot embed text; text search needs an image-text encoder")
-        before = torch.get_num_threads()  # per OS thread: a pool thread's own setting, put back after
-        torch.set_num_threads(1)
-        try:
-            rows = _run_text(encoder, list(texts))
-        finally:
-            torch.set_num_threads(before)
-        if self.on_batch is not None:
-            self.on_batch(f"{encoder.name}:text", len(texts))  # the batch the batcher would have counted
-        return _stack(rows, encoder)
-
     async def rerank(self, name: str, text: str, image_floats: np.ndarray) -> np.ndarray:
         encoder = await self.load(name)
         if not encoder.supports_rerank:
