@@ -90,21 +90,9 @@ def medians(rounds: list[dict[str, Any]], variant: str) -> dict[str, dict[str, f
 
 def http(precisions: list[str], texts: list[str], images: int, rounds: int, seconds: float,
          cache: Path, baseline: str | None = None) -> dict[str, Any]:
-    from app.settings import Settings
-
-    encoders = Settings().encoders
     out: dict[str, Any] = {"images": images, "rounds": [], "load_before": _load()}
     with tempfile.TemporaryDirectory(prefix="recall-textab-") as tmp:
-        seed = Path(tmp) / "corpus"
-        # the corpus builder makes a small audio collection beside the images; it is dropped below
-        out["corpus"] = corpus.prepared(cache, encoders.default_audio, encoders.default_image, 1000, images, seed)
-        _images_only(seed)
-        # (label, source tree, precision): the working tree's app/, and with a baseline REV's beside it
-        variants = [(p, ROOT, p) for p in precisions]
-        if baseline:
-            (Path(tmp) / "baseline").mkdir()
-            out["baseline"] = {"rev": baseline, "commit": _export_tree(baseline, Path(tmp) / "baseline")}
-            variants += [(f"{p}@{baseline}", Path(tmp) / "baseline", p) for p in precisions]
+        seed, variants = _corpus_and_variants(Path(tmp), precisions, images, cache, baseline, out)
         for round_number in range(rounds):
             shift = round_number % len(variants)
             for label, tree, precision in variants[shift:] + variants[:shift]:
@@ -131,20 +119,10 @@ def http_interleaved(precisions: list[str], texts: list[str], images: int, passe
     """Every variant's server up at once, one client alternating between them request by request
     (``bench.latency.interleaved``): each server gets the same new sentences in the same order, so every
     sentence's latency on a changed variant is paired with its latency on the unchanged one, moments apart."""
-    from app.settings import Settings
-
-    encoders = Settings().encoders
     out: dict[str, Any] = {"images": images, "load_before": _load()}
     servers: list[Server] = []
     with tempfile.TemporaryDirectory(prefix="recall-textab-") as tmp:
-        seed = Path(tmp) / "corpus"
-        out["corpus"] = corpus.prepared(cache, encoders.default_audio, encoders.default_image, 1000, images, seed)
-        _images_only(seed)
-        variants = [(p, ROOT, p) for p in precisions]
-        if baseline:
-            (Path(tmp) / "baseline").mkdir()
-            out["baseline"] = {"rev": baseline, "commit": _export_tree(baseline, Path(tmp) / "baseline")}
-            variants += [(f"{p}@{baseline}", Path(tmp) / "baseline", p) for p in precisions]
+        seed, variants = _corpus_and_variants(Path(tmp), precisions, images, cache, baseline, out)
         try:
             for label, tree, precision in variants:
                 data = Path(tmp) / f"data-{len(servers)}"
@@ -165,6 +143,25 @@ def http_interleaved(precisions: list[str], texts: list[str], images: int, passe
         print(f"interleaved: {label} against {out['paired_against']}: median paired difference "
               f"{row['median_diff_ms']:+.2f} ms (95% {row['ci95_low_ms']:+.2f} .. {row['ci95_high_ms']:+.2f})", flush=True)
     return out
+
+
+def _corpus_and_variants(tmp: Path, precisions: list[str], images: int, cache: Path, baseline: str | None,
+                         out: dict[str, Any]) -> tuple[Path, list[tuple[str, Path, str]]]:
+    """The image corpus copied into ``tmp`` (its ``corpus`` info and any baseline's commit noted in ``out``) and the
+    variants to serve: (label, source tree, precision), the working tree's app/ and, with a baseline REV, REV's."""
+    from app.settings import Settings
+
+    encoders = Settings().encoders
+    seed = tmp / "corpus"
+    # the corpus builder makes a small audio collection beside the images; it is dropped below
+    out["corpus"] = corpus.prepared(cache, encoders.default_audio, encoders.default_image, 1000, images, seed)
+    _images_only(seed)
+    variants = [(p, ROOT, p) for p in precisions]
+    if baseline:
+        (tmp / "baseline").mkdir()
+        out["baseline"] = {"rev": baseline, "commit": _export_tree(baseline, tmp / "baseline")}
+        variants += [(f"{p}@{baseline}", tmp / "baseline", p) for p in precisions]
+    return seed, variants
 
 
 def _images_only(data_dir: Path) -> None:
