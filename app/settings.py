@@ -83,10 +83,10 @@ class EncoderSettings(BaseModel):
         description="How image-text encoders embed text queries on CPU. Through onnxruntime: int8_block32 (the "
         "default: every MiniLM product one fused 8-bit operator, weights and each token's input rounded per block "
         "of 32 values; it met issue 35's quality rule on the dev sets), int8_block64 (blocks of 64: ~0.5 ms faster "
-        "a query, but it missed the rule against half by one held-out photo caption), int8_token (each token's input rounded on its own "
-        "grid, query/key/value products in float32: the default before), float32 (the library's vectors to ~1e-6), "
-        "int8 (inputs rounded per tensor: it missed the rule). Or half: MiniLM's products with half-precision weights "
-        "in torch. README, Numbers.",
+        "a query, but it missed the rule against half by one held-out photo caption), int8_token (each token's "
+        "input rounded on its own grid, query/key/value products in float32: the default before), float32 (the "
+        "library's vectors to ~1e-6), int8 (inputs rounded per tensor: it missed the rule). Or half: MiniLM's "
+        "products with half-precision weights in torch. README, Numbers.",
     )
     audio_frontend_precision: Literal["float32", "int8"] = Field(
         "float32",

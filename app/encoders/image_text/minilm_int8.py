@@ -11,12 +11,12 @@ Five variants (``VARIANTS``; the query precision of app/encoders/image_text/text
 own shipped graph:
 
 * ``int8_block32``, the default: every product, the fused query/key/value one included, is one
-  onnxruntime ``MatMulNBits`` operator (``BlockProduct`` in app/encoders/image_text/minilm_products.py) with 8-bit weights, one scale per 32
-  weights of a row, and the kernel rounds each token's input to int8 per block of 32 values itself. A
-  sentence vector keeps a cosine of ~0.9997 to float32, and the graph runs ~150 operators a sentence
-  instead of int8_token's ~580 (whose per-token rounding is ~15 small operators per product, and
-  onnxruntime spent more of a query's time running those than multiplying): 2.75 against 3.68 ms in
-  process and 0.58 ms sooner over HTTP (bench/results/text_query_ab_block.json). It met issue 35's rule
+  onnxruntime ``MatMulNBits`` operator (``BlockProduct``, app/encoders/image_text/minilm_products.py)
+  with 8-bit weights, one scale per 32 weights of a row, and the kernel rounds each token's input to
+  int8 per block of 32 values itself. A sentence vector keeps a cosine of ~0.9997 to float32, and the
+  graph runs ~150 operators a sentence instead of int8_token's ~580 (whose per-token rounding is ~15
+  small operators per product, and onnxruntime spent more of a query's time running those than
+  multiplying): 2.75 against 3.68 ms in process and 0.58 ms sooner over HTTP (bench/results/text_query_ab_block.json). It met issue 35's rule
   against int8_token and against half (README, Numbers);
 * ``int8_block64``: the same with blocks of 64: faster (2.51 ms), ~0.9995 to float32, but it missed the
   rule against half by one held-out photo caption; opt-in;
@@ -71,7 +71,7 @@ OPSET = 17  # LayerNormalization is an ONNX operator from 17 on
 GRAPH = Path(__file__).resolve().parents[2] / "assets" / "text" / "minilm_int8_layers.onnx"
 # variant -> how each of a layer's four products runs: "tensor" (int8, one input scale per tensor),
 # "token" (int8, one input scale and zero point per token), "block32" / "block64" (one fused operator, 8-bit
-# weights and inputs with one scale per 32 / 64 values: _BlockProduct), "float" (float32)
+# weights and inputs with one scale per 32 / 64 values), "float" (float32); each in minilm_products.py
 VARIANTS = {
     "int8": {"qkv": "tensor", "attention_out": "tensor", "intermediate": "tensor", "output": "tensor"},
     "int8_token": {"qkv": "float", "attention_out": "token", "intermediate": "token", "output": "token"},
@@ -96,9 +96,9 @@ class _Layer(nn.Module):
         attention = layer.attention.self
         self.heads = heads
         self.qkv = PRODUCTS[kinds["qkv"]](torch.cat([attention.query.weight, attention.key.weight, attention.value.weight]),
-                                           torch.cat([attention.query.bias, attention.key.bias, attention.value.bias]))
+                                          torch.cat([attention.query.bias, attention.key.bias, attention.value.bias]))
         self.attention_out = PRODUCTS[kinds["attention_out"]](layer.attention.output.dense.weight,
-                                                               layer.attention.output.dense.bias)
+                                                              layer.attention.output.dense.bias)
         self.attention_norm = layer.attention.output.LayerNorm
         self.intermediate = PRODUCTS[kinds["intermediate"]](layer.intermediate.dense.weight, layer.intermediate.dense.bias)
         self.output = PRODUCTS[kinds["output"]](layer.output.dense.weight, layer.output.dense.bias)

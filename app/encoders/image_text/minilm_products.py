@@ -93,8 +93,9 @@ def quantise_blocks(weight: torch.Tensor, block: int) -> tuple[torch.Tensor, tor
 
 class BlockProduct(torch.autograd.Function):
     """``x @ weight.T + bias`` as one onnxruntime operator, MatMulNBits with 8-bit codes: every block of
-    32 or 64 (``BLOCKS``) weights of a row share a scale, and at ``accuracy_level`` 4 the kernel rounds each token's input to
-    int8 per block of the same width itself, multiplying with VNNI; the bias is one Add after it.
+    32 or 64 (``BLOCKS``) weights of a row share a scale, and at ``accuracy_level`` 4 the kernel rounds
+    each token's input to int8 per block of the same width itself, multiplying with VNNI; the bias is one
+    Add after it.
 
     Why (issue 35): ``int8_token`` rounds per token in ~15 small ONNX operators per product, and
     onnxruntime spent more of a query's time running those operators than multiplying; one fused
@@ -116,7 +117,7 @@ class BlockProduct(torch.autograd.Function):
 
 
 def token_rounding_reference(x: np.ndarray) -> np.ndarray:
-    """What :class:`_TokenProduct` multiplies instead of ``x``: each row on its own uint8 grid, in float64."""
+    """What :class:`TokenProduct` multiplies instead of ``x``: each row on its own uint8 grid, in float64."""
     x = x.astype(np.float64)
     low = np.minimum(x.min(-1, keepdims=True), 0.0)
     high = np.maximum(x.max(-1, keepdims=True), 0.0)
