@@ -35,6 +35,14 @@ OUT = RESULTS / "idle_gap.json"
 WARMUP = 10
 
 
+def schedule(n: int, gaps: list[float], block: int) -> list[tuple[float, bool]]:
+    """(gap before query i, whether it is counted) for ``n`` queries: the gaps take turns block by block, and the
+    first ``WARMUP`` queries of each block, which still run in the previous block's state, are not counted."""
+    if block <= WARMUP:
+        raise ValueError(f"a block must be longer than its {WARMUP} uncounted queries, got {block}")
+    return [(gaps[(i // block) % len(gaps)], i % block >= WARMUP) for i in range(n)]
+
+
 async def _measure(data_dir: Path, texts: list[str], gaps_s: list[float], block: int) -> dict[str, Any]:
     os.environ["RECALL_DATA_DIR"] = str(data_dir)
     os.environ["RECALL_DEMO"] = "0"
@@ -47,13 +55,12 @@ async def _measure(data_dir: Path, texts: list[str], gaps_s: list[float], block:
     await services.start()
     rows: dict[float, dict[str, list[float]]] = {gap: {} for gap in gaps_s}
     try:
-        for i, text in enumerate(texts):
-            gap = gaps_s[(i // block) % len(gaps_s)]
+        for text, (gap, counted) in zip(texts, schedule(len(texts), gaps_s, block)):
             if gap:
                 await asyncio.sleep(gap)
             started = time.perf_counter()
             answer = await run_search(services, corpus.IMAGE_COLLECTION, SearchRequest(text=text, k=10), None)
-            if i % block < WARMUP:  # the first queries of a block still run in the previous block's state
+            if not counted:
                 continue
             row = rows[gap]
             row.setdefault("search_ms", []).append((time.perf_counter() - started) * 1000)
