@@ -306,6 +306,23 @@ def test_features_follow_the_process_precision_and_fall_back_to_half_when_int8_c
     np.testing.assert_allclose(vectors, half_vectors, atol=1e-6)
 
 
+def test_a_graph_onnxruntime_cannot_run_leaves_queries_on_half(tmp_path, monkeypatch, caplog) -> None:
+    """onnxruntime's own load errors derive from Exception only; they must reach the fallback too (an onnxruntime
+    without a contrib operator the graph uses, a damaged file), not fail every text query."""
+    shipped = minilm_int8.graph_path("int8_block32")
+    damaged = tmp_path / shipped.name
+    damaged.write_bytes(shipped.read_bytes()[: len(shipped.read_bytes()) // 2])  # cut in half: not a valid model
+    shutil.copy(shipped.with_suffix(".json"), damaged.with_suffix(".json"))
+    monkeypatch.setattr(minilm_int8, "GRAPH", tmp_path / minilm_int8.GRAPH.name)
+    features = MiniLMFeatures(precision="int8_block32")
+    with caplog.at_level(logging.WARNING, logger=text_features.__name__):
+        vectors = features(SENTENCES[:2])
+    assert features.effective_precision() == "half" and "onnxruntime cannot run" in caplog.text
+    half = MiniLMFeatures(precision="half")
+    half._model = features._model
+    np.testing.assert_allclose(vectors, half(SENTENCES[:2]), atol=1e-6)
+
+
 def test_the_precision_setting_is_validated() -> None:
     assert Settings().encoders.text_query_precision == "int8_block32"  # met issue 35's rule: the default
     assert text_features.DEFAULT_QUERY_PRECISION == "int8_block32"  # the process default outside the service agrees
