@@ -51,7 +51,7 @@ from bench.service.text_quality import DEFAULT_PHOTOS, encoder_with_precision, q
 OUT = RESULTS / "text_query_ab.json"
 KEYS = ("p50_ms", "p99_ms", "queries_per_s", "server_cpu_ms_per_query", "machine_busy_fraction")
 ONE_CLIENT_QUERIES = 300
-WARMUP = 10  # first requests per server, not measured (first-touch costs)
+WARMUP = 10  # first requests per server in each one-client phase, not measured (first-touch costs)
 
 
 def in_process(precisions: list[str], texts: list[str]) -> dict[str, Any]:
@@ -75,9 +75,9 @@ def in_process(precisions: list[str], texts: list[str]) -> dict[str, Any]:
 async def _one_server(server: Server, texts: list[str], seconds: float) -> dict[str, Any]:
     path = f"/v1/collections/{corpus.IMAGE_COLLECTION}/search"
     requests = [json_request(path, {"text": t, "k": 10}) for t in texts]
-    await run_load(server.url, requests[:10], 1, 10, 30, kind="raw")  # first-touch costs; not measured
-    one = await measured(server, requests[10:10 + ONE_CLIENT_QUERIES], 1, ONE_CLIENT_QUERIES, 120)
-    rest = requests[10 + ONE_CLIENT_QUERIES:]
+    await run_load(server.url, requests[:WARMUP], 1, WARMUP, 30, kind="raw")  # first-touch costs; not measured
+    one = await measured(server, requests[WARMUP:WARMUP + ONE_CLIENT_QUERIES], 1, ONE_CLIENT_QUERIES, 120)
+    rest = requests[WARMUP + ONE_CLIENT_QUERIES:]
     sixteen = await measured(server, rest, 16, len(rest), seconds)  # bounded by time; no sentence repeats
     return {"one_client": one, "sixteen_clients": sixteen}
 

@@ -172,10 +172,9 @@ def _session(bert: Any, graph: Path, variant: str, threads: int = 1) -> Any:
     options.add_session_config_entry("session.force_spinning_stop", "1")
     values = [onnxruntime.OrtValue.ortvalue_from_numpy(tensors[name]) for name in wanted]
     options.add_external_initializers(list(wanted), values)  # constants to onnxruntime: packed once, fused
+    model = graph.read_bytes()  # a missing file is an OSError of its own
     try:
-        session = onnxruntime.InferenceSession(graph.read_bytes(), options, providers=["CPUExecutionProvider"])
-    except (OSError, ValueError):
-        raise
+        session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime's own errors (Fail, InvalidGraph, NotImplemented...) derive from Exception only
         # e.g. an onnxruntime without a contrib operator the graph uses (MatMulNBits): the caller falls back to half
         raise RuntimeError(f"onnxruntime cannot run {graph.name}: {type(exc).__name__}: {exc}") from exc
