@@ -8,20 +8,13 @@ date by replaying rows with ``seq > S``. Segment ids come from AUTOINCREMENT and
 reused, so they are stable FAISS ids. A write that fails because the disk is full or read-only
 is rolled back and raised as its domain error (app/storage/disk_errors.py). The SQL itself lives in :mod:`app.storage.sql_catalog`,
 shared with the PostgreSQL catalog of cluster mode.
-
-Writes and most reads share one connection under one lock. A search's lookups (segment -> item, the hits'
-rows, an audio hit's windows) read on a connection of the calling thread (:class:`ThreadReaders`): in WAL
-mode readers run beside each other and beside the writer, each seeing the last committed state.
-Why (issue 35): at 16 concurrent text queries a quarter of the search threads' time was spent waiting
-for the one lock, while the machine still had a third of its CPU idle.
 """
 
 from __future__ import annotations
 
 import sqlite3
-import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from app.storage.disk_errors import disk_errors
 from app.storage.records import Collection, NewItem, WriteResult
@@ -31,38 +24,23 @@ __all__ = ["Catalog", "Collection", "NewItem", "WriteResult"]
 
 
 class Catalog(SqlCatalog):
-    """Thread-safe access to the SQLite catalog (one connection and lock; the query path's reads per thread)."""
+    """Thread-safe access to the SQLite catalog (one connection, one lock)."""
 
     dialect = "sqlite"
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = self._connect()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._readers = ThreadReaders(self._connect_reader)
         super().__init__()
-
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        return db
-
-    def _connect_reader(self) -> sqlite3.Connection:
-        db = self._connect()
-        db.execute("PRAGMA query_only=ON")  # a reader that tried to write would fail, not race the writer
-        return db
 
     def close(self) -> None:
         with self._lock:
-            self._readers.close()
             self._db.close()
-
-    def _read_rows(self, sql: str, params: tuple | list = ()) -> list[Any]:
-        with disk_errors(self.path.parent):
-            return self._readers.get().execute(sql, params).fetchall()
 
     def _execute(self, sql: str, params: tuple | list = ()) -> Any:
         with disk_errors(self.path.parent):
@@ -110,45 +88,3 @@ class _Tx:
         # ROLLBACK would raise "no transaction is active" over the error that matters
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
-
-
-class ThreadReaders:
-    """One connection per thread, opened by ``connect`` on the thread's first read and kept for the next.
-
-    A thread's connection is only ever used by that thread. When a thread has ended, its connection is closed
-    the next time a connection is opened (a thread id the system reuses gets a fresh one); :meth:`close`
-    closes them all, after which reads fail as they would on any closed connection.
-    """
-
-    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
-        self._connect = connect
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._by_thread: dict[int, sqlite3.Connection] = {}
-        self._closed = False
-
-    def get(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
-        if db is not None:
-            return db
-        with self._lock:
-            if self._closed:
-                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-            alive = {thread.ident for thread in threading.enumerate()}
-            me = threading.get_ident()
-            for ident in [i for i in self._by_thread if i not in alive or i == me]:
-                self._by_thread.pop(ident).close()
-            db = self._by_thread[me] = self._connect()
-        self._local.db = db
-        return db
-
-    def open_count(self) -> int:
-        with self._lock:
-            return len(self._by_thread)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            for db in self._by_thread.values():
-                db.close()
-            self._by_thread.clear()

@@ -70,12 +70,6 @@ class SqlCatalog(JobRows):
     def _rows(self, sql: str, params: tuple | list = ()) -> list[Any]:
         return self._execute(sql, params).fetchall()
 
-    def _read_rows(self, sql: str, params: tuple | list = ()) -> list[Any]:
-        """A query path's lookup (a search's segments and items): here on the one connection under the lock;
-        the SQLite catalog reads on a connection of the calling thread instead, beside the others."""
-        with self._lock:
-            return self._rows(sql, params)
-
     def _one(self, sql: str, params: tuple | list = ()) -> Any:
         return self._execute(sql, params).fetchone()
 
@@ -244,10 +238,11 @@ class SqlCatalog(JobRows):
 
     def items_by_id(self, collection: str, item_ids: list[str]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
-        for chunk in chunks([i for i in item_ids if is_item_id(i)], 500):
-            marks = ",".join("?" * len(chunk))
-            for row in self._read_rows(f"SELECT * FROM items WHERE collection = ? AND id IN ({marks})", (collection, *chunk)):
-                out[row["id"]] = item_of_row(row, None)
+        with self._lock:
+            for chunk in chunks([i for i in item_ids if is_item_id(i)], 500):
+                marks = ",".join("?" * len(chunk))
+                for row in self._rows(f"SELECT * FROM items WHERE collection = ? AND id IN ({marks})", (collection, *chunk)):
+                    out[row["id"]] = item_of_row(row, None)
         return out
 
     def counts(self, collection: str) -> tuple[int, int]:
@@ -260,39 +255,42 @@ class SqlCatalog(JobRows):
     def segment_items(self, collection: str, segment_ids: np.ndarray) -> dict[int, tuple[str, float, float]]:
         """segment id -> (item id, start, end) for the given ids that exist."""
         out: dict[int, tuple[str, float, float]] = {}
-        for chunk in chunks([int(s) for s in segment_ids], 500):
-            marks = ",".join("?" * len(chunk))
-            # Look up by segment id alone and check the collection here: with the collection
-            # in the WHERE clause SQLite's planner (no statistics) scans the whole collection
-            # through segments_by_seq, 25 ms at 10^5 segments, instead of k primary-key probes.
-            for sid, owner, item, start, end in self._read_rows(
-                f'SELECT segment_id, collection, item_id, start, "end" FROM segments WHERE segment_id IN ({marks})',
-                tuple(chunk),
-            ):
-                if owner == collection:
-                    out[int(sid)] = (item, start, end)
+        with self._lock:
+            for chunk in chunks([int(s) for s in segment_ids], 500):
+                marks = ",".join("?" * len(chunk))
+                # Look up by segment id alone and check the collection here: with the collection
+                # in the WHERE clause SQLite's planner (no statistics) scans the whole collection
+                # through segments_by_seq, 25 ms at 10^5 segments, instead of k primary-key probes.
+                for sid, owner, item, start, end in self._rows(
+                    f'SELECT segment_id, collection, item_id, start, "end" FROM segments WHERE segment_id IN ({marks})',
+                    tuple(chunk),
+                ):
+                    if owner == collection:
+                        out[int(sid)] = (item, start, end)
         return out
 
     def item_segments(self, collection: str, item_id: str, dim: int, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(segment ids, times (n,2), floats (n,dim), codes (n,bits/8)) of one item, in time order."""
-        rows = [] if not is_item_id(item_id) else self._read_rows(
-            'SELECT segment_id, start, "end", embedding, code FROM segments WHERE collection = ? AND item_id = ? ORDER BY start, segment_id',
-            (collection, item_id),
-        )
+        with self._lock:
+            rows = [] if not is_item_id(item_id) else self._rows(
+                'SELECT segment_id, start, "end", embedding, code FROM segments WHERE collection = ? AND item_id = ? ORDER BY start, segment_id',
+                (collection, item_id),
+            )
         return unpack_segments(rows, dim, bits)
 
     def segments_of_items(self, collection: str, item_ids: list[str], dim: int, bits: int) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
         """:meth:`item_segments` of several items in one round trip per 500 items (a search's hits:
         one query instead of one per hit); items without segments are absent."""
         grouped: dict[str, list[Any]] = {}
-        for chunk in chunks([i for i in dict.fromkeys(item_ids) if is_item_id(i)], 500):
-            marks = ",".join("?" * len(chunk))
-            for row in self._read_rows(
-                f'SELECT item_id, segment_id, start, "end", embedding, code FROM segments'
-                f" WHERE collection = ? AND item_id IN ({marks}) ORDER BY item_id, start, segment_id",
-                (collection, *chunk),
-            ):
-                grouped.setdefault(row[0], []).append(tuple(row)[1:])
+        with self._lock:
+            for chunk in chunks([i for i in dict.fromkeys(item_ids) if is_item_id(i)], 500):
+                marks = ",".join("?" * len(chunk))
+                for row in self._rows(
+                    f'SELECT item_id, segment_id, start, "end", embedding, code FROM segments'
+                    f" WHERE collection = ? AND item_id IN ({marks}) ORDER BY item_id, start, segment_id",
+                    (collection, *chunk),
+                ):
+                    grouped.setdefault(row[0], []).append(tuple(row)[1:])
         return {item: unpack_segments(rows, dim, bits) for item, rows in grouped.items()}
 
     def last_seq(self, collection: str) -> int:
