@@ -20,6 +20,8 @@ def test_windows_group_samples_by_time_and_report_each_cases_percentiles() -> No
     # wav: 10.0 (met, the limit is inclusive) and 13.0 (missed); text: 8.0 and 6.0 (both met)
     assert out["share_of_windows_met"] == {"wav p50_ms <= 10": 0.5, "text p50_ms <= 8": 1.0}
     assert out["p50_spread"]["wav"] == {"median_p50_ms": 11.5, "min_p50_ms": 10.0, "max_p50_ms": 13.0}
+    # over all samples, whichever window they fell in: wav 9, 11, 12, 13, 14
+    assert out["overall"]["wav"]["n"] == 5 and out["overall"]["wav"]["p50_ms"] == 12.0
 
 
 def test_a_window_missing_a_case_is_left_out_rather_than_judged_on_the_other_alone() -> None:
