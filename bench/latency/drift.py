@@ -1,6 +1,6 @@
 """How the machine's own state moves issue 35's one-client latencies over minutes, with the code unchanged.
 
-    python -m bench.latency.drift [--cases text,wav] [--minutes 8] [--window-s 30] [--windows 100000] [--images 10000]
+    python -m bench.latency.drift [--cases text,wav] [--minutes 6] [--window-s 30] [--windows 100000] [--images 10000]
 
 Why: on this 2-core VM the same code's one-client p50 moved by up to 40% between rounds minutes apart
 (bench/results/text_query_ab_block.json: 8.0 -> 10.3 ms for one variant), a wider swing than any change
@@ -37,7 +37,7 @@ import numpy as np
 from bench.output import write_results
 from bench.service import query_corpus as corpus
 from bench.service.load import RawConnection, Req, json_request, percentiles, search_file_request
-from bench.service.query_path import RESULTS, Server, _load, _query_files, _texts
+from bench.service.query_path import RESULTS, ROOT, Server, _load, _query_files, _texts
 
 OUT = RESULTS / "drift.json"
 TEXTS = 4000
@@ -48,9 +48,10 @@ TARGETS = (("wav", "p50_ms", 10.0), ("wav", "p99_ms", 30.0), ("text", "p50_ms", 
 
 def summarise(samples: list[tuple[float, str, float]], window_s: float,
               targets: tuple[tuple[str, str, float], ...] = TARGETS) -> dict[str, Any]:
-    """``samples``: (seconds since the start, case, latency ms). Over all samples, each case's percentiles; per window (``window_s`` long, numbered from 0;
-    only windows where every case has a sample): each case's n, p50 and p99; then per target the share of those
-    windows that met it, and per case the median, lowest and highest window p50."""
+    """``samples``: (seconds since the start, case, latency ms). Over all samples, each case's percentiles; per
+    window (``window_s`` long, numbered from 0; only windows where every case has a sample), each case's n, p50
+    and p99; then per target the share of those windows that met it, and per case the median, lowest and highest
+    window p50."""
     by_window: dict[int, dict[str, list[float]]] = {}
     for at, case, ms in samples:
         by_window.setdefault(int(at // window_s), {}).setdefault(case, []).append(ms)
@@ -101,7 +102,7 @@ def _cache_counters(server: Server) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=8.0)
+    parser.add_argument("--minutes", type=float, default=6.0, help="per case")
     parser.add_argument("--window-s", type=float, default=30.0)
     parser.add_argument("--windows", type=int, default=100_000, help="audio windows the WAV server searches")
     parser.add_argument("--images", type=int, default=10_000, help="images the text server searches")
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             windows, images = corpora[case]
             data = Path(tmp) / case
             info = corpus.prepared(args.cache, encoders.default_audio, encoders.default_image, windows, images, data)
-            server = Server(Path(__file__).resolve().parents[2], data, case)
+            server = Server(ROOT, data, case)
             server.start()
             try:
                 started = time.strftime("%H:%M:%S")
