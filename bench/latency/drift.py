@@ -73,7 +73,9 @@ def summarise(samples: list[tuple[float, str, float]], window_s: float,
 
 
 async def _closed_loop(server: Server, requests: list[Req], seconds: float, case: str) -> list[tuple[float, str, float]]:
-    """One client sending ``requests`` in turn, back to back, for ``seconds`` after ``WARMUP`` uncounted ones."""
+    """One client sending ``requests`` in turn, back to back, for ``seconds`` after ``WARMUP`` uncounted ones.
+    Not ``bench.service.load.run_load`` at concurrency 1: it keeps each latency but not when it was sent, which
+    the windows need."""
     conn = RawConnection("127.0.0.1", server.port)
     samples: list[tuple[float, str, float]] = []
     try:
